@@ -1,0 +1,180 @@
+"""The engine contract. Everything that differs between engines lives in one module per engine:
+flag spelling, readiness, log lines, metric names, tokenizer endpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+
+from harness.launch.spec import LaunchSpec, Volume
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to start one engine, as the space file states it (resolved, validated)."""
+
+    name: str  # the key in the space's `engines:` map, e.g. "vllm" or "atlas"
+    dialect: str  # which engine module speaks for it: vllm | llamacpp | sglang | command
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    launcher: str = "process"
+    image: str | None = None
+    host: str = "127.0.0.1"
+    volumes: tuple[Volume, ...] = ()
+    gpus: str | None = None
+    shm_size: str | None = None
+    ipc_host: bool = False
+    privileged: bool = False
+    ready_timeout_s: float = 900.0
+    flag_map: Mapping[str, str] = field(default_factory=dict)  # command engine: param -> flag
+    python: str | None = None  # the engine environment's interpreter, for the fingerprint
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One checkpoint the space may pick: where it is and what it is."""
+
+    name: str
+    path: str
+    format: str = "unknown"
+    size_gb: float | None = None
+    has_mtp: bool = False
+    active_params_b: float | None = None
+    bytes_per_param: float | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StartupInfo:
+    """What the engine's startup log told us: phase durations, chosen backends, KV capacity."""
+
+    phases_s: dict[str, float] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    version: str | None = None
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FailureCause:
+    cause: str  # bad_flag | model_not_found | oom | max_model_len | port_in_use | timeout | crashed ...
+    line: str  # the deciding log line, or a short description
+
+
+@dataclass(frozen=True)
+class FeatureExpectation:
+    """A feature the launch asked for, and the counter that proves it is active."""
+
+    feature: str
+    metric: str  # canonical counter name (see MetricNames)
+    reason: str
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    count: int
+    context_limit: int | None  # the server's max context (max-model-len), when it tells
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Canonical names -> this engine's Prometheus sample names (None: not exposed)."""
+
+    generation_tokens: str | None = None
+    prompt_tokens: str | None = None
+    prompt_tokens_cached: str | None = None
+    spec_drafts: str | None = None
+    spec_draft_tokens: str | None = None
+    spec_accepted_tokens: str | None = None
+    prefix_cache_queries: str | None = None
+    prefix_cache_hits: str | None = None
+    preemptions: str | None = None
+    kv_cache_usage: str | None = None
+    decode_calls: str | None = None
+    decode_seconds: str | None = None
+    requests_running: str | None = None
+    requests_waiting: str | None = None
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in self.__dict__.items() if v]
+
+
+def flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def dashed_flags(flags: Mapping[str, Any], negatable: frozenset[str] = frozenset()) -> list[str]:
+    """`max_num_seqs: 4` -> `--max-num-seqs 4`; True -> bare flag; False -> omitted, or
+    `--no-x` for flags that are on by default (listed in `negatable`); None -> omitted."""
+    argv: list[str] = []
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if value is True:
+            argv.append(flag_name(key))
+        elif value is False:
+            if key in negatable:
+                argv.append("--no-" + key.replace("_", "-"))
+        else:
+            argv += [flag_name(key), value_text(value)]
+    return argv
+
+
+def first_match(patterns: list[tuple[str, re.Pattern[str]]], text: str) -> FailureCause | None:
+    """The earliest class whose pattern matches, with the matching line."""
+    for cause, pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            start = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            return FailureCause(cause, text[start : end if end != -1 else len(text)].strip()[:500])
+    return None
+
+
+class Engine(ABC):
+    dialect: ClassVar[str]
+    ready_path: ClassVar[str] = "/health"
+    metric_names: ClassVar[MetricNames] = MetricNames()
+
+    @abstractmethod
+    def build_launch(self, settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any],
+                     env: Mapping[str, str], port: int) -> LaunchSpec:
+        """Turn sampled and fixed flags into a full server start."""
+
+    @abstractmethod
+    def parse_startup(self, log_text: str) -> StartupInfo: ...
+
+    @abstractmethod
+    def classify_failure(self, log_text: str) -> FailureCause | None:
+        """The cause of a failed start or crash, from the log; None if nothing recognised."""
+
+    def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
+        """Features the flags ask for that must show up in the server's counters."""
+        return []
+
+    async def count_tokens(self, client: httpx.AsyncClient, base_url: str, model_id: str,
+                           messages: list[dict[str, str]]) -> TokenCount:
+        """Prompt tokens of a chat request, counted by the server's own tokenizer and template."""
+        resp = await client.post(base_url + "/tokenize", json={"model": model_id, "messages": messages})
+        resp.raise_for_status()
+        body = resp.json()
+        count = int(body["count"]) if "count" in body else len(body["tokens"])
+        limit = body.get("max_model_len")
+        return TokenCount(count, int(limit) if limit else None)
+
+    def request_extras(self) -> dict[str, Any]:
+        """Extra fields this engine needs in a chat request (e.g. to make output length fixed)."""
+        return {"ignore_eos": True}

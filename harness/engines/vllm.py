@@ -1,0 +1,160 @@
+"""vLLM's dialect: flags as vLLM spells them, its startup log lines and its Prometheus names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from harness.engines.base import (
+    Engine,
+    EngineSettings,
+    FailureCause,
+    FeatureExpectation,
+    MetricNames,
+    ModelChoice,
+    StartupInfo,
+    dashed_flags,
+    first_match,
+)
+from harness.launch.spec import LaunchSpec
+
+# Flags that are on by default in vLLM; False must be spelled --no-<flag> to have an effect.
+_NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"})
+# Space keys folded into one --speculative-config JSON.
+_SPEC_KEYS = ("speculative_method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
+              "speculative_model")
+
+_FAILURES: list[tuple[str, re.Pattern[str]]] = [
+    ("bad_flag", re.compile(r"unrecognized arguments|error: argument|invalid choice", re.I)),
+    ("max_model_len", re.compile(r"greater than the derived max_model_len|max_model_len.*(exceeds|larger than)|"
+                                 r"max seq len .* is larger than the maximum number of tokens that can be stored",
+                                 re.I)),
+    ("oom", re.compile(r"out of memory|OutOfMemoryError|less than requested memory for kv|"
+                       r"No available memory for the cache blocks|Cannot allocate memory|insufficient memory",
+                       re.I)),
+    ("model_not_found", re.compile(r"HFValidationError|does not appear to have a file|"
+                                   r"No such file or directory|is not a local folder|Repo id must", re.I)),
+    ("port_in_use", re.compile(r"Address already in use|address already in use", re.I)),
+    ("missing_weights", re.compile(r"MTP.*(not found|missing)|weights? .* not found in", re.I)),
+    ("crashed", re.compile(r"Traceback \(most recent call last\)|Segmentation fault|core dumped")),
+]
+
+_NUM = r"([\d,]+(?:\.\d+)?)"
+_PHASES: list[tuple[str, re.Pattern[str]]] = [
+    ("weight_loading", re.compile(r"Loading weights took " + _NUM + r" s")),
+    ("model_loading", re.compile(r"Model loading took [\d.]+ \w+ (?:memory )?and " + _NUM + r" s")),
+    ("torch_compile", re.compile(r"torch\.compile takes " + _NUM + r" s in total")),
+    ("graph_capture", re.compile(r"Graph capturing finished in " + _NUM + r" sec")),
+    ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s")),
+]
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+class VllmEngine(Engine):
+    dialect = "vllm"
+    ready_path = "/health"
+    metric_names = MetricNames(
+        generation_tokens="vllm:generation_tokens_total",
+        prompt_tokens="vllm:prompt_tokens_total",
+        spec_drafts="vllm:spec_decode_num_drafts_total",
+        spec_draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+        spec_accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
+        prefix_cache_queries="vllm:prefix_cache_queries_total",
+        prefix_cache_hits="vllm:prefix_cache_hits_total",
+        preemptions="vllm:num_preemptions_total",
+        kv_cache_usage="vllm:kv_cache_usage_perc",
+        requests_running="vllm:num_requests_running",
+        requests_waiting="vllm:num_requests_waiting",
+    )
+
+    def build_launch(self, settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any],
+                     env: Mapping[str, str], port: int) -> LaunchSpec:
+        rest = dict(flags)
+        spec_config = _speculative_config(rest, model)
+        argv = [*settings.command, "--model", model.path, "--host", settings.host, "--port", str(port)]
+        argv += dashed_flags(rest, _NEGATABLE)
+        if spec_config:
+            argv += ["--speculative-config", spec_config]
+        return LaunchSpec(
+            engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
+            env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
+            volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
+            ipc_host=settings.ipc_host, privileged=settings.privileged,
+            ready_timeout_s=settings.ready_timeout_s,
+        )
+
+    def parse_startup(self, log_text: str) -> StartupInfo:
+        info = StartupInfo()
+        for phase, pattern in _PHASES:
+            match = pattern.search(log_text)
+            if match:
+                info.phases_s[phase] = _num(match.group(1))
+        kv = re.search(r"(?:GPU|CPU)? ?KV cache size: " + _NUM + " tokens", log_text)
+        if kv:
+            info.kv_cache_tokens = int(_num(kv.group(1)))
+        conc = re.search(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + "x", log_text)
+        if conc:
+            info.max_concurrency = _num(conc.group(2))
+            info.facts["max_concurrency_request_tokens"] = conc.group(1)
+        version = re.search(r"vLLM API server version ([\w.+\-]+)", log_text)
+        if version:
+            info.version = version.group(1)
+        moe = re.search(r"Using '?(\w+)'? (\w+ )?MoE backend out of potential backends: (\[.*?\])", log_text)
+        if moe:
+            info.backends["moe"] = moe.group(1)
+            info.facts["moe_candidates"] = moe.group(3)
+        attn = re.search(r"Using (\w+) (?:attention )?backend", log_text)
+        if attn:
+            info.backends["attention"] = attn.group(1)
+        for key, pattern in (("mamba_cache_mode", r"Mamba cache mode is set to '(\w+)'"),
+                             ("auto_prefetch", r"(Auto-prefetch is disabled)"),
+                             ("gdn_backend", r"(FLA|fla|Triton) (?:kernel|fallback) for (?:GDN|gated delta)")):
+            match = re.search(pattern, log_text)
+            if match:
+                info.facts[key] = match.group(1)
+        return info
+
+    def classify_failure(self, log_text: str) -> FailureCause | None:
+        return first_match(_FAILURES, log_text)
+
+    def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
+        out = []
+        if _spec_tokens(flags) > 0:
+            out.append(FeatureExpectation("speculative_decoding", "spec_drafts",
+                                          "speculative decoding was requested"))
+        if flags.get("enable_prefix_caching") is True:
+            out.append(FeatureExpectation("prefix_caching", "prefix_cache_queries",
+                                          "--enable-prefix-caching was requested"))
+        return out
+
+    def request_extras(self) -> dict[str, Any]:
+        return {"ignore_eos": True}
+
+
+def _spec_tokens(flags: Mapping[str, Any]) -> int:
+    method = flags.get("speculative_method")
+    if method in (None, "none", "off"):
+        return 0
+    return int(flags.get("num_speculative_tokens") or 0)
+
+
+def _speculative_config(rest: dict[str, Any], model: ModelChoice) -> str | None:
+    """Pops the speculative keys and returns the --speculative-config JSON, or None if off."""
+    import json
+
+    values = {k: rest.pop(k) for k in _SPEC_KEYS if k in rest}
+    method = values.get("speculative_method")
+    tokens = int(values.get("num_speculative_tokens") or 0)
+    if method in (None, "none", "off") or tokens <= 0:
+        return None
+    config: dict[str, Any] = {"method": method, "num_speculative_tokens": tokens}
+    for key in ("prompt_lookup_max", "prompt_lookup_min"):
+        if values.get(key) is not None and method == "ngram":
+            config[key] = int(values[key])
+    if values.get("speculative_model"):
+        config["model"] = values["speculative_model"]
+    return json.dumps(config, separators=(",", ":"))

@@ -1,0 +1,73 @@
+"""The launcher contract: start a LaunchSpec, wait until it serves, stop it and everything it spawned."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from harness.launch.spec import LaunchSpec
+
+
+class StartupError(Exception):
+    """The server did not become ready. `cause` is a short machine-readable class."""
+
+    def __init__(self, cause: str, detail: str, log_tail: list[str]):
+        super().__init__(f"{cause}: {detail}")
+        self.cause = cause
+        self.detail = detail
+        self.log_tail = log_tail
+
+
+class Server(Protocol):
+    spec: LaunchSpec
+    log_path: Path
+
+    def returncode(self) -> int | None:
+        """None while running; the exit status once it has stopped."""
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the server and everything it started; idempotent."""
+
+    def owned_pids(self) -> list[int]:
+        """Host PIDs that belong to this server (for leak checks)."""
+
+
+class Launcher(Protocol):
+    def start(self, spec: LaunchSpec, log_path: Path) -> Server: ...
+
+
+def log_tail(path: Path, lines: int = 40) -> list[str]:
+    try:
+        with path.open(errors="replace") as fh:
+            return [line.rstrip("\n") for line in deque(fh, maxlen=lines)]
+    except FileNotFoundError:
+        return []
+
+
+def wait_ready(server: Server, ready_path: str, timeout_s: float, poll_s: float = 0.5) -> float:
+    """Poll the engine's readiness endpoint until it answers 200; return seconds waited.
+
+    Raises StartupError("exited") if the process dies first and StartupError("timeout") if the
+    deadline passes; the caller classifies the cause further from the log.
+    """
+    start = time.monotonic()
+    url = server.spec.base_url + ready_path
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            rc = server.returncode()
+            if rc is not None:
+                raise StartupError("exited", f"server exited with status {rc} before ready",
+                                   log_tail(server.log_path))
+            try:
+                if client.get(url).status_code == 200:
+                    return time.monotonic() - start
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - start > timeout_s:
+                raise StartupError("timeout", f"not ready after {timeout_s:.0f} s",
+                                   log_tail(server.log_path))
+            time.sleep(poll_s)

@@ -1,0 +1,213 @@
+"""`search`: run | show | best. Spaces in, decisions out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from rich.console import Console
+from rich.table import Table
+
+from harness.launch.registry import Terminated, install_signal_handlers, stop_all
+from search.results import ResultsError, TrialRecord
+from search.space import Config, SpaceError, load_space
+from search.study import StudyRunner, default_storage
+from search.summary import StudyView, load_view
+
+console = Console(stderr=False, highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class ConsoleReporter:
+    """Human progress: which trial, which phase, elapsed time; one line per event (CI-friendly)."""
+
+    def __init__(self, quiet: bool = False, as_json: bool = False):
+        self.quiet = quiet
+        self.as_json = as_json
+        self.t0 = time.monotonic()
+        self.trial_t0 = self.t0
+        self.prefix = ""
+        self.durations: list[float] = []
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.as_json:
+            print(json.dumps({"event": event, "elapsed_s": round(time.monotonic() - self.t0, 1), **fields},
+                             default=str), flush=True)
+
+    def trial_started(self, number: int, index: int, total: int, config: Config) -> None:
+        self.trial_t0 = time.monotonic()
+        self.prefix = f"trial {index}/{total} (#{number})"
+        params = ", ".join(f"{k}={v}" for k, v in config.values.items())
+        eta = ""
+        if self.durations:
+            avg = sum(self.durations) / len(self.durations)
+            eta = f" · ETA ~{avg * (total - index + 1) / 60:.0f} min"
+        self._emit("trial_started", number=number, index=index, total=total, params=config.as_params())
+        if not self.quiet and not self.as_json:
+            console.print(f"[bold]{self.prefix}[/] {config.engine}/{config.model}: {params}{eta}")
+
+    def phase(self, text: str) -> None:
+        self._emit("phase", text=text)
+        if not self.quiet and not self.as_json:
+            console.print(f"  [dim]{time.monotonic() - self.trial_t0:6.1f}s[/] {text}", soft_wrap=True)
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        self.durations.append(record.wall_s or 0.0)
+        self._emit("trial_finished", number=record.number, state=record.state, metrics=record.metrics,
+                   failure=record.failure.__dict__ if record.failure else None)
+        if self.as_json or self.quiet:
+            return
+        if record.failure:
+            console.print(f"  [red]failed[/]: {record.failure.cause}: {record.failure.detail}")
+        else:
+            shown = {k: v for k, v in record.metrics.items() if k.endswith(("output_tok_s", "quality.score"))}
+            console.print("  [green]done[/]: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()))
+        for p in record.placebo:
+            console.print(f"  [yellow]placebo?[/] {p}")
+
+    def note(self, text: str) -> None:
+        self._emit("note", text=text)
+        if not self.as_json:
+            console.print(text)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def print_study(view: StudyView, starts: int | None = None, saved: int | None = None) -> None:
+    metric_names = [m for m, _ in view.objectives]
+    table = Table(title=f"study {view.name}", show_lines=False)
+    for col in ("#", "state", "params", *metric_names, "x default", "quality", "errors", "ready s", "note"):
+        table.add_column(col, overflow="fold")
+    for r in sorted(view.records, key=lambda r: r.number):
+        params = ", ".join(f"{k}={v}" for k, v in r.params.items() if k not in ("engine", "model"))
+        values = [_fmt(v) for v in (r.objective_values or [None] * len(metric_names))]
+        ratio = view.ratio_to_default(r)
+        note = ""
+        if r.failure:
+            note = f"{r.failure.cause}: {r.failure.detail[:120]}"
+        elif r.duplicate_of is not None:
+            note = f"same as #{r.duplicate_of}"
+        elif any(c > 0 for c in r.constraint_values):
+            note = "infeasible (constraint)"
+        if r.number == view.baseline_number:
+            note = ("default; " + note).strip("; ")
+        q = r.metrics.get("quality.score")
+        table.add_row(str(r.number), r.state, params, *values, _fmt(ratio), _fmt(q), _fmt(r.metrics.get("errors")),
+                      _fmt(r.ready_s), note)
+    console.print(table)
+    if starts is not None:
+        console.print(f"server starts: {starts}, saved by reuse: {saved}")
+    best = view.best()
+    if not best:
+        console.print("[red]no feasible config[/]: every trial failed or violated a constraint")
+        return
+    for r in best:
+        ratio = view.ratio_to_default(r)
+        desc = ", ".join(f"{m}={_fmt(v, 4)}" for m, v in zip(metric_names, r.objective_values or [], strict=False))
+        console.print(f"\n[bold green]best[/] trial #{r.number}: {desc}"
+                      + (f" ({ratio:.2f}x the default)" if ratio else ""))
+        console.print(r.command, soft_wrap=True)
+
+
+def _storage_for(target: str, storage: str | None) -> tuple[str, str]:
+    """(storage URL, study name) from a study name or a results folder."""
+    path = Path(target)
+    if storage:
+        return storage, target
+    if path.is_dir() and (path / "study.db").exists():
+        return default_storage(path), path.name
+    candidate = Path("results") / target
+    if (candidate / "study.db").exists():
+        return default_storage(candidate), target
+    raise ResultsError(f"no study found at {target!r} (give a results folder, or --storage URL with the name)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    space = load_space(args.space)
+    study_name = args.study or space.name
+    results_dir = Path(args.results) / study_name
+    storage = args.storage or default_storage(results_dir)
+    reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json)
+    runner = StudyRunner(space, storage, study_name, results_dir, reporter)
+    if not args.json:
+        console.print(f"study [bold]{study_name}[/] in {storage}; results in {results_dir}")
+    try:
+        runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
+    except KeyboardInterrupt:
+        stop_all()
+        err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
+                  "run the same command again to resume")
+        return 130
+    view = load_view(runner.study)
+    if args.json:
+        best = view.best()
+        print(json.dumps({"event": "done", "best": [b.summary() for b in best],
+                          "starts": runner.starts, "starts_saved": runner.starts_saved}, default=str))
+    else:
+        print_study(view, runner.starts, runner.starts_saved)
+    return 0 if view.best() else 1
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    storage, name = _storage_for(args.study, args.storage)
+    study = optuna.load_study(study_name=name, storage=storage)
+    print_study(load_view(study))
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    storage, name = _storage_for(args.study, args.storage)
+    view = load_view(optuna.load_study(study_name=name, storage=storage))
+    best = view.best()
+    for r in best:
+        print(r.command)
+    return 0 if best else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="search", description="Find the fastest good config of an LLM server.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run (or resume) a search over a space file")
+    run.add_argument("space", help="space YAML file, e.g. spaces/smollm2-cpu.yaml")
+    run.add_argument("--trials", type=int, help="total trials in the study (default: the space's budget)")
+    run.add_argument("--timeout", type=float, help="stop starting new trials after this many seconds")
+    run.add_argument("--study", help="study name (default: the space's name)")
+    run.add_argument("--storage", help="Optuna storage URL (default: SQLite in the results folder)")
+    run.add_argument("--results", default="results", help="results folder (default: ./results)")
+    run.add_argument("--quiet", action="store_true", help="print only the final table")
+    run.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    run.set_defaults(func=cmd_run)
+    show = sub.add_parser("show", help="print a stored study: trials, failures, best config")
+    show.add_argument("study", help="results folder or study name")
+    show.add_argument("--storage")
+    show.set_defaults(func=cmd_show)
+    best = sub.add_parser("best", help="print the winning launch command(s), ready to paste")
+    best.add_argument("study")
+    best.add_argument("--storage")
+    best.set_defaults(func=cmd_best)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    install_signal_handlers()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (SpaceError, ResultsError, ValueError) as exc:
+        err.print(f"[red]error[/]: {exc}")
+        return 2
+    except Terminated:
+        stop_all()
+        err.print("[yellow]terminated[/]: servers stopped; finished trials are stored")
+        return 143
+
+
+if __name__ == "__main__":
+    sys.exit(main())

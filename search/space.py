@@ -1,0 +1,461 @@
+"""Space files: YAML -> validated Space -> Optuna distributions, conditions and constraints.
+
+A space file is untrusted input: it is read with yaml.safe_load, every key is validated, unknown
+keys are errors, and every error names the file, the key path and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import optuna
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.engines import DIALECTS, EngineSettings, ModelChoice
+from harness.launch.spec import Volume
+from harness.workloads import WorkloadSpec, catalogue
+
+Scalar = str | int | float | bool | None
+
+
+class SpaceError(Exception):
+    """A space file is invalid; the message names the file, the key path and the reason."""
+
+
+def default_home() -> str:
+    return os.environ.get("FLAGSEARCH_HOME", str(Path.home() / ".cache" / "flagsearch"))
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand(text: str, where: str) -> str:
+    """${NAME} and ${NAME:-default} from the environment (FLAGSEARCH_HOME has a default)."""
+    def sub(match: re.Match[str]) -> str:
+        name, fallback = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if name == "FLAGSEARCH_HOME":
+            return default_home()
+        if fallback is not None:
+            return fallback
+        raise SpaceError(f"{where}: environment variable {name} is not set (write ${{{name}:-default}})")
+    return _VAR.sub(sub, text)
+
+
+def _expand_tree(node: Any, where: str) -> Any:
+    if isinstance(node, str):
+        return expand(node, where)
+    if isinstance(node, list):
+        return [_expand_tree(v, f"{where}[{i}]") for i, v in enumerate(node)]
+    if isinstance(node, dict):
+        return {k: _expand_tree(v, f"{where}.{k}") for k, v in node.items()}
+    return node
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VolumeModel(Strict):
+    host: str
+    container: str
+    read_only: bool = False
+
+
+class EngineModel(Strict):
+    dialect: str | None = None
+    launcher: Literal["process", "docker"] = "process"
+    command: list[str] = Field(min_length=1)
+    python: str | None = None
+    env: dict[str, str] = {}
+    args: dict[str, Scalar | dict[str, Any] | list[Any]] = {}
+    host: str = "127.0.0.1"
+    image: str | None = None
+    volumes: list[VolumeModel] = []
+    gpus: str | None = None
+    shm_size: str | None = None
+    ipc_host: bool = False
+    privileged: bool = False
+    ready_timeout_s: float = Field(default=900.0, gt=0)
+    flag_map: dict[str, str] = {}
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+
+class ModelModel(Strict):
+    name: str
+    path: str
+    format: str = "unknown"
+    size_gb: float | None = Field(default=None, ge=0)
+    has_mtp: bool = False
+    active_params_b: float | None = Field(default=None, gt=0)
+    bytes_per_param: float | None = Field(default=None, gt=0)
+    attrs: dict[str, Scalar] = {}
+
+
+class ParamBase(Strict):
+    when: dict[str, Scalar | list[Scalar]] = {}
+    env: str | None = None  # set this environment variable instead of passing a flag
+    side: Literal["launch", "request"] = "launch"  # request-side params never need a restart
+
+
+class CategoricalParam(ParamBase):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+    default: Scalar = None
+
+    @model_validator(mode="after")
+    def _default_in_choices(self) -> CategoricalParam:
+        if "default" in self.model_fields_set and self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of the choices {self.choices}")
+        return self
+
+
+class IntParam(ParamBase):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    log: bool = False
+    default: int | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.log and (self.low < 1 or self.step != 1):
+            raise ValueError("log scale needs low >= 1 and step 1")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise ValueError(f"default {self.default} is outside [{self.low}, {self.high}]")
+        return self
+
+
+class FloatParam(ParamBase):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(default=None, gt=0)
+    log: bool = False
+    default: float | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError("log scale needs low > 0 and no step")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise ValueError(f"default {self.default} is outside [{self.low}, {self.high}]")
+        return self
+
+
+class BoolParam(ParamBase):
+    type: Literal["bool"]
+    default: bool = False
+
+
+class FixedParam(ParamBase):
+    type: Literal["fixed"]
+    value: Scalar | dict[str, Any] | list[Any]
+
+
+Param = Annotated[CategoricalParam | IntParam | FloatParam | BoolParam | FixedParam, Field(discriminator="type")]
+
+
+class WorkloadModel(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    profile: str | None = None
+    streams: list[str] | None = None
+    requests_per_stream: int = Field(default=1, ge=1)
+    scale: float = Field(default=1.0, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    warm: bool = False
+    rate: float | None = Field(default=None, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _streams(self) -> WorkloadModel:
+        items, profiles = catalogue()
+        if (self.profile is None) == (self.streams is None):
+            raise ValueError("give exactly one of `profile` or `streams`")
+        if self.profile is not None and self.profile not in profiles:
+            raise ValueError(f"unknown profile {self.profile!r} (known: {', '.join(profiles)})")
+        for item in self.streams or []:
+            if item not in items:
+                raise ValueError(f"unknown workload item {item!r} (known: {', '.join(items)})")
+        return self
+
+
+class MeasureModel(Strict):
+    repeats: int = Field(default=3, ge=1)
+    warmup: bool = True
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class QualityModel(Strict):
+    suite: str | None = "smoke"
+    min_score: float = Field(default=1.0, ge=0, le=1)
+
+
+class ObjectiveModel(Strict):
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class BudgetModel(Strict):
+    trials: int = Field(default=10, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+_CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.eE+\-]+)\s*$")
+
+
+class SpaceModel(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    engines: dict[str, EngineModel] = Field(min_length=1)
+    models: list[ModelModel] = Field(min_length=1)
+    params: dict[str, Param] = {}
+    workloads: list[WorkloadModel] = Field(min_length=1)
+    measure: MeasureModel = MeasureModel()
+    quality: QualityModel = QualityModel()
+    objectives: list[ObjectiveModel] = Field(min_length=1)
+    constraints: list[str] = []
+    budget: BudgetModel = BudgetModel()
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> SpaceModel:
+        for name, engine in self.engines.items():
+            dialect = engine.dialect or name
+            if dialect not in DIALECTS:
+                raise ValueError(f"engines.{name}: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)}); "
+                                 "set `dialect:`")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("models: names must be unique")
+        reserved = {"engine", "model"}
+        for pname, param in self.params.items():
+            if pname in reserved:
+                raise ValueError(f"params.{pname}: '{pname}' is reserved (the engine and model choices)")
+            for key in param.when:
+                root = key.split(".", 1)[0]
+                if root not in reserved and root not in self.params:
+                    raise ValueError(f"params.{pname}.when: {key!r} is neither engine, model, model.<attr> "
+                                     "nor a parameter")
+                if root in self.params and list(self.params).index(root) >= list(self.params).index(pname):
+                    raise ValueError(f"params.{pname}.when: {key!r} must be declared before {pname}")
+        wnames = [w.name for w in self.workloads]
+        if len(set(wnames)) != len(wnames):
+            raise ValueError("workloads: names must be unique")
+        for expr in self.constraints:
+            if not _CONSTRAINT.match(expr):
+                raise ValueError(f"constraints: cannot read {expr!r}; write 'metric <= number' "
+                                 "(operators <=, <, >=, >, ==)")
+        return self
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif item in ("categorical", "int", "float", "bool", "fixed") and parts:
+            continue  # the discriminator's branch name is noise for the user
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "(top level)"
+
+
+def parse_space(data: Any, source: str = "<space>") -> Space:
+    if not isinstance(data, dict):
+        raise SpaceError(f"{source}: the space must be a mapping of keys, got {type(data).__name__}")
+    try:
+        data = _expand_tree(data, source)
+        model = SpaceModel.model_validate(data)
+    except SpaceError:
+        raise
+    except ValidationError as exc:
+        lines = [f"{_format_loc(e['loc'])}: {e['msg']}" for e in exc.errors()[:8]]
+        raise SpaceError(f"{source}: invalid space\n  " + "\n  ".join(lines)) from None
+    except (TypeError, ValueError, RecursionError) as exc:  # odd documents that trip the validators
+        raise SpaceError(f"{source}: invalid space: {exc}") from None
+    return Space(model, source)
+
+
+def load_space(path: str | Path) -> Space:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpaceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"{p}: not valid YAML: {exc}") from None
+    return parse_space(data, str(p))
+
+
+def _distribution(param: Any) -> optuna.distributions.BaseDistribution | None:
+    if isinstance(param, CategoricalParam):
+        return optuna.distributions.CategoricalDistribution(param.choices)
+    if isinstance(param, BoolParam):
+        return optuna.distributions.CategoricalDistribution([False, True])
+    if isinstance(param, IntParam):
+        return optuna.distributions.IntDistribution(param.low, param.high, log=param.log, step=param.step)
+    if isinstance(param, FloatParam):
+        return optuna.distributions.FloatDistribution(param.low, param.high, log=param.log, step=param.step)
+    return None  # fixed
+
+
+def _default_value(param: Any) -> Any:
+    if isinstance(param, FixedParam):
+        return param.value
+    if isinstance(param, CategoricalParam):
+        return param.default if "default" in param.model_fields_set else param.choices[0]
+    if isinstance(param, BoolParam):
+        return param.default
+    return param.default if param.default is not None else param.low
+
+
+class Config(BaseModel):
+    """One sampled configuration: engine, model and the values of the active params."""
+
+    model_config = ConfigDict(frozen=True)
+    engine: str
+    model: str
+    values: dict[str, Any]
+
+    def as_params(self) -> dict[str, Any]:
+        return {"engine": self.engine, "model": self.model, **self.values}
+
+
+class Space:
+    """A validated space and the operations the study needs from it."""
+
+    def __init__(self, model: SpaceModel, source: str):
+        self.m = model
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        return self.m.name
+
+    def engine_settings(self, engine: str) -> EngineSettings:
+        e = self.m.engines[engine]
+        python = e.python
+        if python is None and Path(e.command[0]).name.startswith("python"):
+            python = e.command[0]
+        return EngineSettings(
+            name=engine, dialect=e.dialect or engine, command=tuple(e.command), env=dict(e.env),
+            launcher=e.launcher, image=e.image, host=e.host,
+            volumes=tuple(Volume(v.host, v.container, v.read_only) for v in e.volumes), gpus=e.gpus,
+            shm_size=e.shm_size, ipc_host=e.ipc_host, privileged=e.privileged,
+            ready_timeout_s=e.ready_timeout_s, flag_map=dict(e.flag_map), python=python)
+
+    def model_choice(self, name: str) -> ModelChoice:
+        m = next(m for m in self.m.models if m.name == name)
+        return ModelChoice(name=m.name, path=m.path, format=m.format, size_gb=m.size_gb, has_mtp=m.has_mtp,
+                           active_params_b=m.active_params_b, bytes_per_param=m.bytes_per_param,
+                           attrs=dict(m.attrs))
+
+    def workload_specs(self) -> list[WorkloadSpec]:
+        _, profiles = catalogue()
+        return [WorkloadSpec(name=w.name, streams=tuple(w.streams or profiles[w.profile or ""]),
+                             requests_per_stream=w.requests_per_stream, scale=w.scale, max_tokens=w.max_tokens,
+                             warm=w.warm, rate=w.rate, seed=w.seed) for w in self.m.workloads]
+
+    def _active(self, when: dict[str, Any], chosen: dict[str, Any]) -> bool:
+        for key, expected in when.items():
+            if key.startswith("model."):
+                model = self.model_choice(chosen["model"])
+                attr = key.split(".", 1)[1]
+                actual = getattr(model, attr, None) if hasattr(model, attr) else model.attrs.get(attr)
+            else:
+                if key not in chosen:
+                    return False
+                actual = chosen[key]
+            allowed = expected if isinstance(expected, list) else [expected]
+            if actual not in allowed:
+                return False
+        return True
+
+    def sample(self, trial: optuna.trial.BaseTrial) -> Config:
+        """Draw one config; inactive conditional params are not sampled at all."""
+        engines = list(self.m.engines)
+        models = [m.name for m in self.m.models]
+        chosen: dict[str, Any] = {
+            "engine": trial.suggest_categorical("engine", engines) if len(engines) > 1 else engines[0],
+            "model": trial.suggest_categorical("model", models) if len(models) > 1 else models[0],
+        }
+        values: dict[str, Any] = {}
+        for name, param in self.m.params.items():
+            if not self._active(param.when, chosen):
+                continue
+            dist = _distribution(param)
+            if dist is None:
+                value = _default_value(param)
+            elif isinstance(dist, optuna.distributions.CategoricalDistribution):
+                value = trial.suggest_categorical(name, list(dist.choices))
+            elif isinstance(dist, optuna.distributions.IntDistribution):
+                value = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+            else:
+                value = trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+            chosen[name] = value
+            values[name] = value
+        return Config(engine=chosen["engine"], model=chosen["model"], values=values)
+
+    def default_config(self) -> dict[str, Any]:
+        """Params for the baseline trial: first engine and model, every param at its default."""
+        chosen: dict[str, Any] = {"engine": next(iter(self.m.engines)), "model": self.m.models[0].name}
+        for name, param in self.m.params.items():
+            if self._active(param.when, chosen) and not isinstance(param, FixedParam):
+                chosen[name] = _default_value(param)
+        return chosen
+
+    def split(self, config: Config) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+        """(engine flags, env vars, request-side fields) of a config, fixed args included."""
+        flags: dict[str, Any] = dict(self.m.engines[config.engine].args)
+        env: dict[str, str] = {}
+        request: dict[str, Any] = {}
+        for name, value in config.values.items():
+            param = self.m.params[name]
+            if param.side == "request":
+                request[name] = value
+            elif param.env:
+                env[param.env] = str(value).lower() if isinstance(value, bool) else str(value)
+            else:
+                flags[name] = value
+        return flags, env, request
+
+    def launch_key(self, config: Config) -> str:
+        """Identity of the server a config needs: equal keys can share one running server."""
+        flags, env, _ = self.split(config)
+        return repr((config.engine, config.model, sorted(flags.items(), key=str), sorted(env.items())))
+
+    def constraint_exprs(self) -> list[tuple[str, str, float]]:
+        out = []
+        for expr in self.m.constraints:
+            match = _CONSTRAINT.match(expr)
+            assert match  # validated on load
+            out.append((match.group(1), match.group(2), float(match.group(3))))
+        return out
+
+
+def constraint_value(metric_value: float, op: str, threshold: float) -> float:
+    """Optuna's convention: <= 0 means satisfied."""
+    if op in ("<=", "<"):
+        return metric_value - threshold + (1e-12 if op == "<" else 0.0)
+    if op in (">=", ">"):
+        return threshold - metric_value + (1e-12 if op == ">" else 0.0)
+    return abs(metric_value - threshold)

@@ -1,0 +1,356 @@
+"""The trial loop: sample a config, start (or reuse) its server, measure, check, store.
+
+Optuna's ask/tell interface keeps the loop in our hands, so that a failed start is a failed
+trial (never a crash of the search), a running server is reused when only request-side
+parameters change, and Ctrl-C / SIGTERM stop every server before the study is left consistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Protocol
+
+import optuna
+from optuna.trial import TrialState
+
+from harness.client import served_model_id
+from harness.engines import get_engine
+from harness.fingerprint import fingerprint
+from harness.launch import StartupError, get_launcher, log_tail, wait_ready
+from harness.launch.base import Server
+from harness.measure import measure_workload
+from harness.quality import run_suite
+from search.results import Failure, TrialRecord, write_json_atomic
+from search.space import Config, Space, constraint_value
+
+RECORD_ATTR = "flagsearch_record"
+
+
+class Reporter(Protocol):
+    def trial_started(self, number: int, index: int, total: int, config: Config) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_finished(self, record: TrialRecord) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host if host not in ("0.0.0.0", "") else "127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def default_storage(results_dir: Path) -> str:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(results_dir / 'study.db').resolve()}"
+
+
+def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
+    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+        record = trial.user_attrs.get(RECORD_ATTR) or {}
+        return list(record.get("constraint_values") or [])
+
+    n_obj = len(space.m.objectives)
+    if n_obj == 1:
+        return optuna.samplers.TPESampler(seed=space.m.seed, constraints_func=constraints, n_startup_trials=4)
+    return optuna.samplers.NSGAIISampler(seed=space.m.seed, constraints_func=constraints, population_size=8)
+
+
+def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
+    directions = [o.direction for o in space.m.objectives]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
+                                sampler=make_sampler(space), load_if_exists=True)
+    objectives = [[o.metric, o.direction] for o in space.m.objectives]
+    if study.user_attrs.get("objectives") not in (None, objectives):
+        raise ValueError(f"study {study_name!r} was created with objectives {study.user_attrs['objectives']}, "
+                         f"the space now says {objectives}; use another --study name")
+    if "objectives" not in study.user_attrs:
+        study.set_user_attr("objectives", objectives)
+        study.set_user_attr("space_source", space.source)
+    return study
+
+
+def stored_records(study: optuna.Study) -> list[TrialRecord]:
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        data = t.user_attrs.get(RECORD_ATTR)
+        if data:
+            out.append(TrialRecord.from_dict(data))
+    return out
+
+
+class ActiveServer:
+    """The server kept between trials, with what it was started for."""
+
+    def __init__(self, key: str, server: Server, record_base: dict[str, Any]):
+        self.key = key
+        self.server = server
+        self.base = record_base
+
+
+class StudyRunner:
+    def __init__(self, space: Space, storage: str, study_name: str, results_dir: Path, reporter: Reporter):
+        self.space = space
+        self.storage = storage
+        self.study_name = study_name
+        self.results_dir = results_dir
+        self.reporter = reporter
+        self.study = open_study(space, storage, study_name)
+        self.active: ActiveServer | None = None
+        self._engine_fp: dict[str, dict[str, Any]] = {}
+        self.starts = 0
+        self.starts_saved = 0
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> None:
+        total = n_trials or self.space.m.budget.trials
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        self._enqueue_baseline_and_interrupted()
+        try:
+            while True:
+                done = self._finished_count()
+                if done >= total:
+                    break
+                if deadline and time.monotonic() > deadline:
+                    self.reporter.note(f"time budget reached after {done} trials")
+                    break
+                trial = self.study.ask()
+                self._run_trial(trial, done + 1, total)
+        finally:
+            self._stop_active()
+
+    def _finished_count(self) -> int:
+        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        return len(self.study.get_trials(deepcopy=False, states=states))
+
+    def _enqueue_baseline_and_interrupted(self) -> None:
+        trials = self.study.get_trials(deepcopy=False)
+        if not trials:
+            # The engine's default config is measured first, so every result has a "x default" ratio.
+            self.study.enqueue_trial(self.space.default_config(), user_attrs={"baseline": True})
+            return
+        finished = {repr(sorted(t.params.items())) for t in trials if t.state == TrialState.COMPLETE}
+        for t in trials:
+            if t.user_attrs.get("interrupted") and repr(sorted(t.params.items())) not in finished:
+                self.study.enqueue_trial(t.params, user_attrs={"resumed_from": t.number}, skip_if_exists=True)
+
+    def _run_trial(self, trial: optuna.Trial, index: int, total: int) -> None:
+        started = time.monotonic()
+        config = self.space.sample(trial)
+        self.reporter.trial_started(trial.number, index, total, config)
+        record = TrialRecord(number=trial.number, state="running", params=config.as_params(),
+                             engine=config.engine, model=config.model)
+        trial_dir = self.results_dir / "trials" / f"{trial.number:04d}"
+        try:
+            previous = self._identical_finished(config)
+            if previous is not None:
+                self._record_duplicate(record, previous)
+            else:
+                self._measure_config(config, record, trial_dir)
+        except KeyboardInterrupt:
+            record.state = "failed"
+            record.failure = Failure("interrupted", "the search was interrupted during this trial")
+            trial.set_user_attr("interrupted", True)
+            self._finish(trial, record, trial_dir, started)
+            raise
+        self._finish(trial, record, trial_dir, started)
+
+    def _identical_finished(self, config: Config) -> TrialRecord | None:
+        params = config.as_params()
+        for rec in stored_records(self.study):
+            if rec.params == params and rec.state in ("complete", "failed", "duplicate") and not (
+                    rec.failure and rec.failure.cause == "interrupted"):
+                return rec
+        return None
+
+    def _record_duplicate(self, record: TrialRecord, previous: TrialRecord) -> None:
+        """Never re-run an identical config: a failure stays a failure, a result is reused."""
+        record.duplicate_of = previous.duplicate_of if previous.duplicate_of is not None else previous.number
+        self.reporter.phase(f"identical to trial #{record.duplicate_of}: not launched again")
+        record.command, record.env, record.metrics = previous.command, previous.env, previous.metrics
+        record.quality, record.objective_values = previous.quality, previous.objective_values
+        record.constraint_values = previous.constraint_values
+        if previous.state == "failed" or previous.objective_values is None:
+            record.state = "failed"
+            cause = previous.failure.cause if previous.failure else "failed"
+            record.failure = Failure(f"duplicate_of_failed:{cause}",
+                                     f"same config as failed trial #{record.duplicate_of}")
+        else:
+            record.state = "duplicate"
+
+    # ---- one config ---------------------------------------------------------------------------
+    def _measure_config(self, config: Config, record: TrialRecord, trial_dir: Path) -> None:
+        settings = self.space.engine_settings(config.engine)
+        engine = get_engine(settings.dialect)
+        model = self.space.model_choice(config.model)
+        flags, env, request_extra = self.space.split(config)
+        key = self.space.launch_key(config)
+
+        if self.active and self.active.key == key and self.active.server.returncode() is None:
+            server = self.active.server
+            record.reused_server = True
+            record.ready_s = 0.0
+            self.starts_saved += 1
+            record.startup = dict(self.active.base["startup"])
+            record.fingerprint = dict(self.active.base["fingerprint"])
+            record.log_path = self.active.base["log_path"]
+            self.reporter.phase("reusing the running server (only request-side parameters changed)")
+        else:
+            self._stop_active()
+            spec = engine.build_launch(settings, model, flags, env, free_port(settings.host))
+            record.command = spec.command_line()
+            log_path = trial_dir / "server.log"
+            record.log_path = str(log_path)
+            self.reporter.phase(f"starting {config.engine}: {record.command}")
+            launcher = get_launcher(spec.launcher)
+            try:
+                server = launcher.start(spec, log_path)
+            except StartupError as exc:
+                self._record_failure(record, engine, exc.cause, exc.detail, exc.log_tail, log_text="")
+                return
+            self.starts += 1
+            try:
+                self.reporter.phase("loading (waiting for ready)")
+                record.ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s)
+            except StartupError as exc:
+                text = _read(log_path)
+                server.stop()
+                self._record_failure(record, engine, exc.cause, exc.detail, log_tail(log_path), text)
+                return
+            except BaseException:
+                server.stop()
+                raise
+            info = engine.parse_startup(_read(log_path))
+            record.startup = {"ready_s": record.ready_s, **asdict(info)}
+            record.fingerprint = self._fingerprint(spec, model.path, settings.python, info.version, config.engine)
+            self.active = ActiveServer(key, server, {"startup": record.startup, "fingerprint": record.fingerprint,
+                                                     "log_path": record.log_path})
+        if not record.command:
+            record.command = self.active.base.get("command", "") if self.active else ""
+        if self.active:
+            self.active.base["command"] = record.command
+        record.env = dict(server.spec.env)
+        self._measure(config, record, engine, server, flags, request_extra)
+
+    def _measure(self, config: Config, record: TrialRecord, engine: Any, server: Server,
+                 flags: dict[str, Any], request_extra: dict[str, Any]) -> None:
+        base_url = server.spec.base_url
+        m = self.space.m
+        expectations = engine.expected_features(flags)
+
+        async def go() -> None:
+            import httpx
+
+            async with httpx.AsyncClient() as client:
+                model_id = await served_model_id(client, base_url)
+            for spec in self.space.workload_specs():
+                wm = await measure_workload(engine, base_url, model_id, spec, m.measure.repeats, m.measure.warmup,
+                                            m.measure.request_timeout_s, expectations, self.reporter.phase)
+                record.workloads[spec.name] = wm.to_dict()
+                for k, stat in wm.summary.items():
+                    record.metrics[f"{spec.name}.{k}"] = stat.median
+                record.metrics[f"{spec.name}.errors"] = float(wm.errors)
+                record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
+                record.warnings.extend(f"{spec.name}: {w}" for w in wm.warnings)
+                if server.returncode() is not None:
+                    return
+            if m.quality.suite:
+                self.reporter.phase(f"checking quality ({m.quality.suite})")
+                q = await run_suite(base_url, model_id, m.quality.suite, m.measure.request_timeout_s)
+                record.quality = q.to_dict()
+                record.metrics["quality.score"] = q.score
+
+        try:
+            asyncio.run(go())
+        except Exception as exc:  # a crash of the engine mid-run is a result, not a crash of ours
+            if server.returncode() is None:
+                raise
+            record.metrics.setdefault("errors", 1.0)
+            _ = exc
+        if server.returncode() is not None:
+            text = _read(Path(record.log_path)) if record.log_path else ""
+            cause = engine.classify_failure(text)
+            record.state = "failed"
+            record.failure = Failure("crashed_after_ready",
+                                     (cause.line if cause else f"server exited with status {server.returncode()}"),
+                                     log_tail(Path(record.log_path)) if record.log_path else [])
+            self.active = None
+            server.stop()
+            return
+        record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
+        record.metrics["startup.ready_s"] = record.ready_s or 0.0
+        self._score(record)
+
+    def _score(self, record: TrialRecord) -> None:
+        m = self.space.m
+        values = []
+        for obj in m.objectives:
+            if obj.metric not in record.metrics:
+                record.state = "failed"
+                record.failure = Failure("objective_missing",
+                                         f"metric {obj.metric!r} was not measured (every request failed?)")
+                return
+            values.append(record.metrics[obj.metric])
+        record.objective_values = values
+        constraints = []
+        for metric, op, threshold in self.space.constraint_exprs():
+            value = record.metrics.get(metric)
+            constraints.append(constraint_value(value, op, threshold) if value is not None else 1.0)
+        if m.quality.suite:
+            constraints.append(constraint_value(record.metrics.get("quality.score", 0.0), ">=", m.quality.min_score))
+        record.constraint_values = constraints
+        record.state = "complete"
+
+    def _record_failure(self, record: TrialRecord, engine: Any, cause: str, detail: str, tail: list[str],
+                        log_text: str) -> None:
+        found = engine.classify_failure(log_text) if log_text else None
+        if cause == "exited" and found:
+            cause, detail = found.cause, found.line
+        elif cause == "exited":
+            cause = "exited"
+        elif cause == "timeout" and found and found.cause != "crashed":
+            detail = f"{detail}; log says: {found.line}"
+        record.state = "failed"
+        record.failure = Failure(cause, detail, tail)
+
+    def _fingerprint(self, spec: Any, model_path: str, python: str | None, version: str | None,
+                     engine_name: str) -> dict[str, Any]:
+        if engine_name not in self._engine_fp:
+            self.reporter.phase("fingerprinting the engine environment")
+            self._engine_fp[engine_name] = fingerprint(spec, model_path, python, version)
+        fp = dict(self._engine_fp[engine_name])
+        fp["command"] = spec.command_line()
+        return fp
+
+    def _finish(self, trial: optuna.Trial, record: TrialRecord, trial_dir: Path, started: float) -> None:
+        record.wall_s = time.monotonic() - started
+        write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
+        trial.set_user_attr(RECORD_ATTR, _jsonable(record.summary()))
+        if record.state in ("complete", "duplicate") and record.objective_values is not None:
+            self.study.tell(trial, record.objective_values)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        self.reporter.trial_finished(record)
+
+    def _stop_active(self) -> None:
+        if self.active:
+            self.reporter.phase("stopping the server")
+            self.active.server.stop()
+            self.active = None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _jsonable(data: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(data, default=str))

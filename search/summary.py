@@ -1,0 +1,68 @@
+"""Reading a study back: feasible trials, the best config(s), ratios against the default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from search.results import TrialRecord
+from search.study import RECORD_ATTR
+
+
+@dataclass
+class StudyView:
+    name: str
+    objectives: list[tuple[str, str]]  # (metric, direction)
+    records: list[TrialRecord]
+    baseline_number: int | None
+
+    @property
+    def feasible(self) -> list[TrialRecord]:
+        return [r for r in self.records if r.state in ("complete", "duplicate") and r.objective_values is not None
+                and all(c <= 0 for c in r.constraint_values)]
+
+    @property
+    def baseline(self) -> TrialRecord | None:
+        return next((r for r in self.records if r.number == self.baseline_number), None)
+
+    def best(self) -> list[TrialRecord]:
+        """The best feasible trial (one objective) or the feasible Pareto front (several)."""
+        feas = [r for r in self.feasible if r.state == "complete"]
+        if not feas:
+            return []
+        signs = [1.0 if d == "maximize" else -1.0 for _, d in self.objectives]
+
+        def key(r: TrialRecord) -> list[float]:
+            return [s * v for s, v in zip(signs, r.objective_values or [], strict=True)]
+
+        if len(self.objectives) == 1:
+            return [max(feas, key=key)]
+        front = []
+        for r in feas:
+            kr = key(r)
+            dominated = any(all(a >= b for a, b in zip(key(o), kr, strict=True)) and key(o) != kr for o in feas)
+            if not dominated:
+                front.append(r)
+        return sorted(front, key=key, reverse=True)
+
+    def ratio_to_default(self, record: TrialRecord) -> float | None:
+        base = self.baseline
+        if not base or not base.objective_values or not record.objective_values:
+            return None
+        if not base.objective_values[0]:
+            return None
+        return record.objective_values[0] / base.objective_values[0]
+
+
+def load_view(study: optuna.Study) -> StudyView:
+    records, baseline = [], None
+    for t in study.get_trials(deepcopy=False):
+        data = t.user_attrs.get(RECORD_ATTR)
+        if t.user_attrs.get("baseline") and baseline is None:
+            baseline = t.number
+        if data:
+            records.append(TrialRecord.from_dict(data))
+    metrics = study.user_attrs.get("objectives") or [[f"objective_{i}", d.name.lower()]
+                                                     for i, d in enumerate(study.directions)]
+    return StudyView(study.study_name, [tuple(m) for m in metrics], records, baseline)
