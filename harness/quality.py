@@ -15,8 +15,17 @@ from typing import Any
 import httpx
 import jsonschema
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.client import chat_once
+
+
+class QualityModel(BaseModel):
+    """The `quality:` section of a space file (validated there; unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: str | None = "smoke"
+    min_score: float = Field(default=1.0, ge=0, le=1)
 
 
 @dataclass(frozen=True)

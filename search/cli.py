@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import pkgutil
 import sys
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.launch.registry import Terminated, install_signal_handlers, stop_all
+from search import commands
 from search.results import ResultsError, TrialRecord
 from search.space import Config, SpaceError, load_space
 from search.study import StudyRunner, default_storage
@@ -131,6 +134,12 @@ def _storage_for(target: str, storage: str | None) -> tuple[str, str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
+    if args.dry_run is not None:
+        from search.dryrun import dry_run
+
+        for line in dry_run(space, args.dry_run):
+            print(line)
+        return 0
     study_name = args.study or space.name
     results_dir = Path(args.results) / study_name
     storage = args.storage or default_storage(results_dir)
@@ -183,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default="results", help="results folder (default: ./results)")
     run.add_argument("--quiet", action="store_true", help="print only the final table")
     run.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    run.add_argument("--dry-run", type=int, nargs="?", const=5, metavar="N",
+                     help="print the launches N sampled trials would make (default 5); start nothing")
     run.set_defaults(func=cmd_run)
     show = sub.add_parser("show", help="print a stored study: trials, failures, best config")
     show.add_argument("study", help="results folder or study name")
@@ -192,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     best.add_argument("study")
     best.add_argument("--storage")
     best.set_defaults(func=cmd_best)
+    for module in sorted(m.name for m in pkgutil.iter_modules(commands.__path__)):
+        importlib.import_module(f"search.commands.{module}").register(sub)
     return p
 
 

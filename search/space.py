@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.engines import DIALECTS, EngineSettings, ModelChoice
 from harness.launch.spec import Volume
+from harness.quality import QualityModel
 from harness.workloads import WorkloadSpec, catalogue
 
 Scalar = str | int | float | bool | None
@@ -200,11 +201,6 @@ class MeasureModel(Strict):
     repeats: int = Field(default=3, ge=1)
     warmup: bool = True
     request_timeout_s: float = Field(default=300.0, gt=0)
-
-
-class QualityModel(Strict):
-    suite: str | None = "smoke"
-    min_score: float = Field(default=1.0, ge=0, le=1)
 
 
 class ObjectiveModel(Strict):
