@@ -1,41 +1,119 @@
-"""Trial results as stored: one JSON document per trial, written atomically, read back strictly."""
+"""Trial results as stored: one JSON document per trial, written atomically, read back strictly.
+
+Everything written here is scrubbed of secrets first: environment variables with secret-looking
+names are redacted by name, and the values of such variables (ours and the engine's) are
+redacted wherever they appear (an argv, a log tail, an error message).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.launch.spec import REDACTED, is_secret_name, scrub_text, secret_values
+
+STATES = ("running", "complete", "failed", "duplicate", "skipped")
+
 
 class ResultsError(Exception):
-    """A results or baseline file is missing, partial or corrupted."""
+    """A results or baseline file is missing, partial, corrupted or cannot be written."""
+
+
+def scrub(data: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of `data` with secret values replaced, and `env` mappings redacted by name."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(data, str):
+        return scrub_text(data, secrets)
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            if key == "env" and isinstance(value, dict):
+                value = {k: (REDACTED if is_secret_name(str(k)) and not _is_reference(v) else v)
+                         for k, v in value.items()}
+            out[scrub_text(key, secrets) if isinstance(key, str) else key] = scrub(value, secrets)
+        return out
+    if isinstance(data, (list, tuple)):
+        return [scrub(v, secrets) for v in data]
+    return data
+
+
+_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+
+
+def _is_reference(value: Any) -> bool:
+    """`${HF_TOKEN}` as written in a space file names a secret without holding it: keep it, so a
+    baseline that pins the space still reads the token from the environment."""
+    return isinstance(value, str) and bool(_REFERENCE.match(value))
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write then rename, so a crash or a full disk never leaves a partial file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write then rename, so a crash or a full disk never leaves a partial file behind.
+
+    The old file (if any) stays intact when writing fails; the error names the file and why."""
     try:
+        text = json.dumps(scrub(data), indent=1, default=str)
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{path}: cannot encode the results as JSON: {exc}") from None
+    tmp: str | None = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, default=str)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tmp = None
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+        raise ResultsError(f"cannot write {path}: {reason}; the previous version (if any) is unchanged") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: empty file (partial write?)")
+    try:
+        return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path}: corrupted or partial JSON ({exc})") from None
+
+
+def read_record(path: Path) -> TrialRecord:
+    """One trial's result.json, checked field by field."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return TrialRecord.from_dict(data)
+    except ResultsError as exc:
+        raise ResultsError(f"{path}: {exc}") from None
 
 
 @dataclass
@@ -73,17 +151,42 @@ class TrialRecord:
     wall_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
-        """The compact part kept in the study storage (raw samples stay in the JSON file)."""
+        """The compact part kept in the study storage (raw samples stay in the JSON file), scrubbed."""
         out = asdict(self)
         out.pop("workloads")
-        return out
+        return scrub(out)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
+        if not isinstance(data, dict):
+            raise ResultsError(f"trial record is a {type(data).__name__}, expected an object")
         data = dict(data)
         failure = data.pop("failure", None)
         data.setdefault("workloads", {})
         try:
-            return cls(failure=Failure(**failure) if failure else None, **data)
+            record = cls(failure=Failure(**failure) if failure else None, **data)
         except TypeError as exc:
             raise ResultsError(f"trial record does not match the expected fields: {exc}") from None
+        _check_record(record)
+        return record
+
+
+def _check_record(r: TrialRecord) -> None:
+    """Types that a report relies on; a wrong one means the file was damaged or hand-edited."""
+    problems = []
+    if not isinstance(r.number, int) or isinstance(r.number, bool):
+        problems.append(f"number is {r.number!r}")
+    if r.state not in STATES:
+        problems.append(f"state is {r.state!r} (expected one of {', '.join(STATES)})")
+    if not isinstance(r.params, dict):
+        problems.append("params is not an object")
+    if not isinstance(r.metrics, dict) or not all(
+            v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in r.metrics.values()):
+        problems.append("metrics must map names to numbers")
+    if r.objective_values is not None and (not isinstance(r.objective_values, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in r.objective_values)):
+        problems.append("objective_values must be a list of numbers")
+    if r.state in ("complete", "duplicate") and r.objective_values is None:
+        problems.append(f"state is {r.state!r} but objective_values is missing")
+    if problems:
+        raise ResultsError("trial record is damaged: " + "; ".join(problems))

@@ -56,14 +56,17 @@ def wait_ready(server: Server, ready_path: str, timeout_s: float, poll_s: float 
     """
     start = time.monotonic()
     url = server.spec.base_url + ready_path
-    with httpx.Client(timeout=5.0) as client:
+    with httpx.Client() as client:
         while True:
             rc = server.returncode()
             if rc is not None:
                 raise StartupError("exited", f"server exited with status {rc} before ready",
                                    log_tail(server.log_path))
+            # A frozen server accepts the connection and never answers: bound each poll so the
+            # deadline holds.
+            left = timeout_s - (time.monotonic() - start)
             try:
-                if client.get(url).status_code == 200:
+                if client.get(url, timeout=max(0.5, min(5.0, left))).status_code == 200:
                     return time.monotonic() - start
             except httpx.HTTPError:
                 pass

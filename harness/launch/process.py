@@ -1,41 +1,68 @@
 """Local child processes: one process group per server, log streamed to a file, group-wide stop.
 
-Only what we started is ever signalled: the process group we created and any descendants that
-left it (found through psutil from our own child), never a name pattern.
+Only what we started is ever signalled, never a name pattern. A server is ours if it is
+- in the process group we created for it (start_new_session), or
+- a descendant of our child found through psutil, or
+- tagged: every server gets FLAGSEARCH_OWNER (this process) and FLAGSEARCH_SERVER (one id per
+  server) in its environment, which its children inherit, so that descendants that left the
+  group and were re-parented are still found (and so that `registry.reap_orphans` can stop the
+  servers of a search that was killed with SIGKILL, the next time the tool starts).
+The direct child also gets a parent-death signal, so a SIGKILLed search does not leave it serving.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import psutil
 
 from harness.launch import registry
-from harness.launch.spec import LaunchSpec
+from harness.launch.base import StartupError
+from harness.launch.spec import LaunchSpec, scrub_text, secret_values
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child between fork and exec only calls
+
+
+def _set_parent_death_signal() -> None:
+    """Runs in the child between fork and exec: SIGTERM it when the thread that forked it dies."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
 class ProcessServer:
-    def __init__(self, spec: LaunchSpec, log_path: Path, proc: subprocess.Popen[bytes]):
+    def __init__(self, spec: LaunchSpec, log_path: Path, proc: subprocess.Popen[bytes], server_id: str):
         self.spec = spec
         self.log_path = log_path
+        self.server_id = server_id
         self._proc = proc
         self._pgid = proc.pid  # start_new_session makes the child the leader of a new group
         self._known: set[int] = {proc.pid}
+        self._stopped = False
 
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def pgid(self) -> int:
+        return self._pgid
 
     def returncode(self) -> int | None:
         return self._proc.poll()
 
     def owned_pids(self) -> list[int]:
         self._refresh_known()
-        return sorted(p for p in self._known if psutil.pid_exists(p) and not _is_zombie(p))
+        return sorted(p for p in self._known if _alive(p))
 
     def _refresh_known(self) -> None:
         try:
@@ -44,17 +71,18 @@ class ProcessServer:
         except psutil.NoSuchProcess:
             pass
         for proc in psutil.process_iter(["pid"]):
+            pid = proc.info["pid"]
+            if pid in self._known:
+                continue
             try:
-                if os.getpgid(proc.pid) == self._pgid:
-                    self._known.add(proc.pid)
+                if os.getpgid(pid) == self._pgid or registry.server_tag_of(proc) == self.server_id:
+                    self._known.add(pid)
             except (ProcessLookupError, PermissionError, psutil.Error):
                 continue
 
     def _signal_all(self, sig: signal.Signals) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._pgid, sig)
-        except ProcessLookupError:
-            pass
         for pid in list(self._known):
             try:
                 os.kill(pid, sig)
@@ -62,44 +90,98 @@ class ProcessServer:
                 self._known.discard(pid)
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM the whole server (SIGCONT too: a frozen server must be able to act on it), then
+        SIGKILL what is left after `timeout_s`. Ctrl-C or SIGTERM arriving meanwhile is deferred
+        until the server is gone, so a second Ctrl-C cannot leave it running."""
+        with registry.deferred_signals():
+            self._stop(timeout_s)
+
+    def _stop(self, timeout_s: float) -> None:
         self._refresh_known()
-        self._signal_all(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.owned_pids():
-            try:
-                self._proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                pass
         if self.owned_pids():
+            self._signal_all(signal.SIGTERM)
+            self._signal_all(signal.SIGCONT)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and any(_alive(p) for p in self._known):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=0.05)
+        if self.owned_pids():  # also catches children spawned while it was shutting down
             self._signal_all(signal.SIGKILL)
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and self.owned_pids():
+                time.sleep(0.05)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=1.0)
+        if not self._stopped:
+            self._stopped = True
+            scrub_log(self.log_path, secret_values(self.spec.env))
         registry.forget(self)
 
 
-def _is_zombie(pid: int) -> bool:
+def _alive(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        return True
+        return False
+
+
+def scrub_log(path: Path, secrets: list[str]) -> None:
+    """Rewrite the server log without secret values (an engine may echo its argv, e.g. --api-key)."""
+    if not secrets:
+        return
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    clean = scrub_text(text, secrets)
+    if clean != text:
+        tmp = path.with_name(path.name + ".scrub")
+        try:
+            tmp.write_text(clean)
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # better no log than a log with a secret in it
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise StartupError('port_in_use') if something already listens on host:port.
+
+    Checked before starting, so the cause is named the same way for every engine instead of
+    depending on how (and whether) each one logs a failed bind."""
+    bind_host = "0.0.0.0" if host in ("", "0.0.0.0") else host
+    family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is fine
+        try:
+            sock.bind((bind_host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError("port_in_use", f"{bind_host}:{port} is already in use by another process",
+                                   []) from None
+            raise StartupError("bad_host", f"cannot bind {bind_host}:{port}: {exc.strerror}", []) from None
 
 
 class ProcessLauncher:
     def start(self, spec: LaunchSpec, log_path: Path) -> ProcessServer:
+        registry.reap_orphans_once()
+        check_port_free(spec.host, spec.port)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **spec.env}
+        server_id = uuid.uuid4().hex
+        env = {**os.environ, **spec.env, **registry.tags(server_id)}
+        # The parent-death signal follows the *thread* that forks; only the main thread lives as
+        # long as the search. Other threads rely on registry.stop_all and reap_orphans.
+        in_main = threading.current_thread() is threading.main_thread()
         with log_path.open("ab") as log:
             try:
-                proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
+                proc = subprocess.Popen(  # an argv list: never a shell
                     list(spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=env, start_new_session=True,
+                    preexec_fn=_set_parent_death_signal if in_main else None,
                 )
-            except FileNotFoundError as exc:
-                from harness.launch.base import StartupError
-
-                raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc}", []) from exc
-        server = ProcessServer(spec, log_path, proc)
+            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+                raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc.strerror or exc}",
+                                   []) from None
+        server = ProcessServer(spec, log_path, proc, server_id)
         registry.remember(server)
         return server
