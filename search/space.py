@@ -22,6 +22,10 @@ from harness.workloads import WorkloadSpec, catalogue
 
 Scalar = str | int | float | bool | None
 
+# Parameters that change only what the client sends: trials differing only in these reuse the
+# running server. Each overrides the same field of every workload.
+REQUEST_SIDE = ("concurrency", "rate", "max_tokens", "requests_per_stream")
+
 
 class SpaceError(Exception):
     """A space file is invalid; the message names the file, the key path and the reason."""
@@ -242,6 +246,10 @@ class SpaceModel(Strict):
             raise ValueError("models: names must be unique")
         reserved = {"engine", "model"}
         for pname, param in self.params.items():
+            if param.side == "request" and pname not in REQUEST_SIDE:
+                raise ValueError(f"params.{pname}: request-side parameters are {', '.join(REQUEST_SIDE)}")
+            if param.side == "request" and param.env:
+                raise ValueError(f"params.{pname}: a request-side parameter cannot set an environment variable")
             if pname in reserved:
                 raise ValueError(f"params.{pname}: '{pname}' is reserved (the engine and model choices)")
             for key in param.when:
@@ -365,11 +373,22 @@ class Space:
                            active_params_b=m.active_params_b, bytes_per_param=m.bytes_per_param,
                            attrs=dict(m.attrs))
 
-    def workload_specs(self) -> list[WorkloadSpec]:
+    def workload_specs(self, request: dict[str, Any] | None = None) -> list[WorkloadSpec]:
+        """The space's workloads, with request-side parameters (see REQUEST_SIDE) applied."""
         _, profiles = catalogue()
-        return [WorkloadSpec(name=w.name, streams=tuple(w.streams or profiles[w.profile or ""]),
-                             requests_per_stream=w.requests_per_stream, scale=w.scale, max_tokens=w.max_tokens,
-                             warm=w.warm, rate=w.rate, seed=w.seed) for w in self.m.workloads]
+        request = request or {}
+        out = []
+        for w in self.m.workloads:
+            streams = tuple(w.streams or profiles[w.profile or ""])
+            if request.get("concurrency"):
+                n = int(request["concurrency"])
+                streams = tuple(streams[i % len(streams)] for i in range(n))
+            out.append(WorkloadSpec(
+                name=w.name, streams=streams,
+                requests_per_stream=int(request.get("requests_per_stream") or w.requests_per_stream),
+                scale=w.scale, max_tokens=request.get("max_tokens") or w.max_tokens, warm=w.warm,
+                rate=request.get("rate") or w.rate, seed=w.seed))
+        return out
 
     def _active(self, when: dict[str, Any], chosen: dict[str, Any]) -> bool:
         for key, expected in when.items():

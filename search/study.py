@@ -17,13 +17,16 @@ from typing import Any, Protocol
 import optuna
 from optuna.trial import TrialState
 
-from harness.client import served_model_id
-from harness.engines import get_engine
-from harness.fingerprint import fingerprint
-from harness.launch import StartupError, get_launcher, log_tail, wait_ready
-from harness.launch.base import Server
-from harness.measure import measure_workload
+from harness.launch import log_tail
 from harness.quality import run_suite
+from harness.session import (
+    LaunchFailed,
+    MeasureSettings,
+    RunningConfig,
+    measure_running,
+    model_id_of,
+    start_config,
+)
 from search.results import Failure, TrialRecord, write_json_atomic
 from search.space import Config, Space, constraint_value
 
@@ -84,12 +87,11 @@ def stored_records(study: optuna.Study) -> list[TrialRecord]:
 
 
 class ActiveServer:
-    """The server kept between trials, with what it was started for."""
+    """The server kept between trials, with the launch key it was started for."""
 
-    def __init__(self, key: str, server: Server, record_base: dict[str, Any]):
+    def __init__(self, key: str, running: RunningConfig):
         self.key = key
-        self.server = server
-        self.base = record_base
+        self.running = running
 
 
 class StudyRunner:
@@ -101,7 +103,7 @@ class StudyRunner:
         self.reporter = reporter
         self.study = open_study(space, storage, study_name)
         self.active: ActiveServer | None = None
-        self._engine_fp: dict[str, dict[str, Any]] = {}
+        self._fingerprints: dict[str, dict[str, Any]] = {}
         self.starts = 0
         self.starts_saved = 0
 
@@ -185,105 +187,70 @@ class StudyRunner:
     # ---- one config ---------------------------------------------------------------------------
     def _measure_config(self, config: Config, record: TrialRecord, trial_dir: Path) -> None:
         settings = self.space.engine_settings(config.engine)
-        engine = get_engine(settings.dialect)
         model = self.space.model_choice(config.model)
-        flags, env, request_extra = self.space.split(config)
+        flags, env, request = self.space.split(config)
         key = self.space.launch_key(config)
 
-        if self.active and self.active.key == key and self.active.server.returncode() is None:
-            server = self.active.server
+        if self.active and self.active.key == key and self.active.running.alive():
+            running = self.active.running
             record.reused_server = True
             record.ready_s = 0.0
             self.starts_saved += 1
-            record.startup = dict(self.active.base["startup"])
-            record.fingerprint = dict(self.active.base["fingerprint"])
-            record.log_path = self.active.base["log_path"]
             self.reporter.phase("reusing the running server (only request-side parameters changed)")
         else:
             self._stop_active()
-            spec = engine.build_launch(settings, model, flags, env, free_port(settings.host))
-            record.command = spec.command_line()
-            log_path = trial_dir / "server.log"
-            record.log_path = str(log_path)
-            self.reporter.phase(f"starting {config.engine}: {record.command}")
-            launcher = get_launcher(spec.launcher)
             try:
-                server = launcher.start(spec, log_path)
-            except StartupError as exc:
-                self._record_failure(record, engine, exc.cause, exc.detail, exc.log_tail, log_text="")
+                running = start_config(settings, model, flags, env, free_port(settings.host),
+                                       trial_dir / "server.log", self.reporter.phase, self._fingerprints)
+            except LaunchFailed as exc:
+                record.command = exc.command
+                record.log_path = str(trial_dir / "server.log")
+                record.state = "failed"
+                record.failure = Failure(exc.cause, exc.detail, exc.log_tail)
                 return
             self.starts += 1
-            try:
-                self.reporter.phase("loading (waiting for ready)")
-                record.ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-            except StartupError as exc:
-                text = _read(log_path)
-                server.stop()
-                self._record_failure(record, engine, exc.cause, exc.detail, log_tail(log_path), text)
-                return
-            except BaseException:
-                server.stop()
-                raise
-            info = engine.parse_startup(_read(log_path))
-            record.startup = {"ready_s": record.ready_s, **asdict(info)}
-            record.fingerprint = self._fingerprint(spec, model.path, settings.python, info.version, config.engine)
-            self.active = ActiveServer(key, server, {"startup": record.startup, "fingerprint": record.fingerprint,
-                                                     "log_path": record.log_path})
-        if not record.command:
-            record.command = self.active.base.get("command", "") if self.active else ""
-        if self.active:
-            self.active.base["command"] = record.command
-        record.env = dict(server.spec.env)
-        self._measure(config, record, engine, server, flags, request_extra)
+            record.ready_s = running.ready_s
+            self.active = ActiveServer(key, running)
+        record.command = running.command
+        record.log_path = str(running.server.log_path)
+        record.startup = {"ready_s": running.ready_s, **asdict(running.startup)}
+        record.fingerprint = running.fingerprint
+        record.env = dict(running.spec.env)
+        self._measure(record, running, request)
 
-    def _measure(self, config: Config, record: TrialRecord, engine: Any, server: Server,
-                 flags: dict[str, Any], request_extra: dict[str, Any]) -> None:
-        base_url = server.spec.base_url
+    def _measure(self, record: TrialRecord, running: RunningConfig, request: dict[str, Any]) -> None:
         m = self.space.m
-        expectations = engine.expected_features(flags)
-
-        async def go() -> None:
-            import httpx
-
-            async with httpx.AsyncClient() as client:
-                model_id = await served_model_id(client, base_url)
-            for spec in self.space.workload_specs():
-                wm = await measure_workload(engine, base_url, model_id, spec, m.measure.repeats, m.measure.warmup,
-                                            m.measure.request_timeout_s, expectations, self.reporter.phase)
-                record.workloads[spec.name] = wm.to_dict()
-                for k, stat in wm.summary.items():
-                    record.metrics[f"{spec.name}.{k}"] = stat.median
-                record.metrics[f"{spec.name}.errors"] = float(wm.errors)
-                record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
-                record.warnings.extend(f"{spec.name}: {w}" for w in wm.warnings)
-                if server.returncode() is not None:
-                    return
-            if m.quality.suite:
-                self.reporter.phase(f"checking quality ({m.quality.suite})")
-                q = await run_suite(base_url, model_id, m.quality.suite, m.measure.request_timeout_s)
-                record.quality = q.to_dict()
-                record.metrics["quality.score"] = q.score
-
-        try:
-            asyncio.run(go())
-        except Exception as exc:  # a crash of the engine mid-run is a result, not a crash of ours
-            if server.returncode() is None:
-                raise
-            record.metrics.setdefault("errors", 1.0)
-            _ = exc
-        if server.returncode() is not None:
-            text = _read(Path(record.log_path)) if record.log_path else ""
-            cause = engine.classify_failure(text)
+        workloads = self.space.workload_specs(request)
+        results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
+                                                                      m.measure.request_timeout_s),
+                                  self.reporter.phase)
+        for name, wm in results.items():
+            record.workloads[name] = wm.to_dict()
+            for k, stat in wm.summary.items():
+                record.metrics[f"{name}.{k}"] = stat.median
+            record.metrics[f"{name}.errors"] = float(wm.errors)
+            record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
+            record.warnings.extend(f"{name}: {w}" for w in wm.warnings)
+        if running.alive() and m.quality.suite:
+            self.reporter.phase(f"checking quality ({m.quality.suite})")
+            q = asyncio.run(self._quality(running))
+            record.quality = q.to_dict()
+            record.metrics["quality.score"] = q.score
+        if not running.alive():
+            cause, detail = running.crash_cause()
             record.state = "failed"
-            record.failure = Failure("crashed_after_ready",
-                                     (cause.line if cause else f"server exited with status {server.returncode()}"),
-                                     log_tail(Path(record.log_path)) if record.log_path else [])
+            record.failure = Failure(cause, detail, log_tail(running.server.log_path))
+            running.stop()
             self.active = None
-            server.stop()
             return
         record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
         record.metrics["startup.ready_s"] = record.ready_s or 0.0
         self._score(record)
+
+    async def _quality(self, running: RunningConfig) -> Any:
+        m = self.space.m
+        return await run_suite(running.base_url, await model_id_of(running.base_url), m.quality.suite or "",
+                               m.measure.request_timeout_s)
 
     def _score(self, record: TrialRecord) -> None:
         m = self.space.m
@@ -305,27 +272,6 @@ class StudyRunner:
         record.constraint_values = constraints
         record.state = "complete"
 
-    def _record_failure(self, record: TrialRecord, engine: Any, cause: str, detail: str, tail: list[str],
-                        log_text: str) -> None:
-        found = engine.classify_failure(log_text) if log_text else None
-        if cause == "exited" and found:
-            cause, detail = found.cause, found.line
-        elif cause == "exited":
-            cause = "exited"
-        elif cause == "timeout" and found and found.cause != "crashed":
-            detail = f"{detail}; log says: {found.line}"
-        record.state = "failed"
-        record.failure = Failure(cause, detail, tail)
-
-    def _fingerprint(self, spec: Any, model_path: str, python: str | None, version: str | None,
-                     engine_name: str) -> dict[str, Any]:
-        if engine_name not in self._engine_fp:
-            self.reporter.phase("fingerprinting the engine environment")
-            self._engine_fp[engine_name] = fingerprint(spec, model_path, python, version)
-        fp = dict(self._engine_fp[engine_name])
-        fp["command"] = spec.command_line()
-        return fp
-
     def _finish(self, trial: optuna.Trial, record: TrialRecord, trial_dir: Path, started: float) -> None:
         record.wall_s = time.monotonic() - started
         write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
@@ -339,15 +285,8 @@ class StudyRunner:
     def _stop_active(self) -> None:
         if self.active:
             self.reporter.phase("stopping the server")
-            self.active.server.stop()
+            self.active.running.stop()
             self.active = None
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def _jsonable(data: Any) -> Any:

@@ -1,0 +1,277 @@
+"""Interleaved A/B measurement: A B, B A, A B ... so that drift and a noisy neighbour hit both sides.
+
+One round measures each side once; with `restart` (the default) each side's server is started
+fresh in every round, so a sample is one server session. That is the honest unit: on these
+machines the spread across server starts (~7%) is larger than within one (~2-4%), and two long-lived
+servers can differ by a session effect that a per-request comparison would call a regression.
+A round's value of a metric is the median over that round's repeats. The order alternates per
+round (ABBA...), which cancels a linear drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.engines import EngineSettings, ModelChoice
+from harness.fingerprint import MATERIAL, material_differences
+from harness.quality import run_suite
+from harness.session import LaunchFailed, MeasureSettings, RunningConfig, measure_running, model_id_of, start_config
+from harness.workloads import WorkloadSpec
+from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, GateReport, compare
+from search.space import Config, Space
+from search.study import free_port
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One side of a comparison: how to start it (engine settings, model, flags, env)."""
+
+    label: str
+    settings: EngineSettings
+    model: ModelChoice
+    flags: Mapping[str, Any]
+    env: Mapping[str, str]
+    request: Mapping[str, Any] = field(default_factory=dict)
+
+
+def subject_from(space: Space, config: Config, label: str, command: str | None = None, python: str | None = None,
+                 image: str | None = None, env: Mapping[str, str] | None = None,
+                 flags: Mapping[str, Any] | None = None) -> Subject:
+    """A side from a pinned config, with the engine build swapped where asked.
+
+    python: another engine environment's interpreter (replaces the command's interpreter);
+    command: a whole new engine command line (e.g. another llama-server binary);
+    image: another container image (docker launcher).
+    """
+    settings = space.engine_settings(config.engine)
+    cfg_flags, cfg_env, request = space.split(config)
+    if python:
+        cmd = list(settings.command)
+        if not settings.python or cmd[0] != settings.python:
+            raise ValueError(f"{label}: the engine command {' '.join(cmd)!r} does not start with a python "
+                             "interpreter; use the command option instead")
+        if not Path(python).exists():
+            raise ValueError(f"{label}: no interpreter at {python}")
+        settings = replace(settings, command=(python, *cmd[1:]), python=python)
+    if command:
+        argv = shlex.split(command)
+        if not argv:
+            raise ValueError(f"{label}: empty command")
+        first = argv[0]
+        settings = replace(settings, command=tuple(argv),
+                           python=first if Path(first).name.startswith("python") else None)
+    if image:
+        if settings.launcher != "docker":
+            raise ValueError(f"{label}: an image needs the docker launcher (the config uses {settings.launcher!r})")
+        settings = replace(settings, image=image)
+    return Subject(label=label, settings=settings, model=space.model_choice(config.model),
+                   flags={**cfg_flags, **(flags or {})}, env={**cfg_env, **(env or {})}, request=request)
+
+
+@dataclass
+class SideResult:
+    label: str
+    command: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per round
+    startup: dict[str, Any] = field(default_factory=dict)  # StartupInfo of the first start
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    placebo: list[str] = field(default_factory=list)
+    log_paths: list[str] = field(default_factory=list)
+
+    def add(self, metric: str, value: float | None) -> None:
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            self.samples.setdefault(metric, []).append(float(value))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ABRun:
+    a: SideResult
+    b: SideResult
+    rounds_done: int
+    order: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
+                "order": self.order, "errors": self.errors}
+
+
+def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
+                    work_dir: Path, quality_suite: str | None = None, restart: bool = True,
+                    progress: Progress = _quiet) -> ABRun:
+    """Measure A and B in alternating order for `rounds` rounds. Never leaves a server running."""
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    sides = {"A": (a, SideResult(a.label)), "B": (b, SideResult(b.label))}
+    run = ABRun(sides["A"][1], sides["B"][1], 0)
+    fp_cache: dict[str, dict[str, Any]] = {}
+    running: dict[str, RunningConfig] = {}
+    try:
+        for rnd in range(rounds):
+            for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
+                subject, result = sides[key]
+                progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
+                error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
+                                  running, fp_cache, restart, progress)
+                run.order.append(key)
+                if error:
+                    run.errors.append(error)
+                    return run
+            run.rounds_done = rnd + 1
+    finally:
+        for r in running.values():
+            r.stop()
+    return run
+
+
+def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
+              measure: MeasureSettings, work_dir: Path, quality_suite: str | None,
+              running: dict[str, RunningConfig], fp_cache: dict[str, dict[str, Any]], restart: bool,
+              progress: Progress) -> str | None:
+    server = running.get(key)
+    if server is None or not server.alive():
+        log_path = work_dir / f"{key}-round{rnd + 1:02d}.log"
+        try:
+            server = start_config(subject.settings, subject.model, subject.flags, subject.env,
+                                  free_port(subject.settings.host), log_path, progress, fp_cache)
+        except LaunchFailed as exc:
+            return f"{key} ({subject.label}) did not start in round {rnd + 1}: {exc.cause}: {exc.detail}"
+        running[key] = server
+        result.log_paths.append(str(log_path))
+        result.add("startup.ready_s", server.ready_s)
+        if not result.startup:
+            result.startup = asdict(server.startup)
+            result.fingerprint = dict(server.fingerprint)
+            result.command = server.command
+    try:
+        measured = measure_running(server, workloads, measure, progress)
+        if not server.alive():
+            cause, line = server.crash_cause()
+            return f"{key} ({subject.label}) {cause} in round {rnd + 1}: {line}"
+        for wname, wm in measured.items():
+            for metric, stat in wm.summary.items():
+                result.add(f"{wname}.{metric}", stat.median)
+            result.add(f"{wname}.errors", float(wm.errors))
+            result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
+            result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
+        if quality_suite and result.quality is None:
+            progress(f"checking quality ({quality_suite}) on {key}")
+
+            async def check() -> dict[str, Any]:
+                model_id = await model_id_of(server.base_url)
+                return (await run_suite(server.base_url, model_id, quality_suite, measure.request_timeout_s)).to_dict()
+
+            result.quality = asyncio.run(check())
+    finally:
+        if restart:
+            server.stop()
+            running.pop(key, None)
+    return None
+
+
+def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
+                  work_dir: Path, quality_suite: str | None = None, progress: Progress = _quiet) -> SideResult:
+    """One config, `rounds` fresh server starts (the sample unit a baseline file stores)."""
+    result = SideResult(subject.label)
+    fp_cache: dict[str, dict[str, Any]] = {}
+    running: dict[str, RunningConfig] = {}
+    try:
+        for rnd in range(rounds):
+            progress(f"round {rnd + 1}/{rounds}")
+            error = _one_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, running,
+                              fp_cache, True, progress)
+            if error:
+                raise LaunchFailed("measure", error, [], subject.label)
+    finally:
+        for r in running.values():
+            r.stop()
+    return result
+
+
+# Reported next to the gated metrics (never decide the exit code unless asked for with --metric).
+REPORTED = ("output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s")
+
+
+def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float = DEFAULT_MIN_EFFECT,
+                    alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE) -> GateReport:
+    """Verdicts for every gated metric (plus errors) and the usual latency/throughput metrics."""
+    names = list(dict.fromkeys(gated))
+    workloads = sorted({m.split(".", 1)[0] for m in run.a.samples if "." in m} - {"startup"})
+    names += [f"{w}.errors" for w in workloads if f"{w}.errors" not in names]
+    shown = [f"{w}.{leaf}" for w in workloads for leaf in REPORTED] + ["startup.ready_s"]
+    verdicts = []
+    for metric in names + [m for m in shown if m not in names]:
+        is_gated = metric in names
+        if metric not in run.a.samples and metric not in run.b.samples:
+            if is_gated and not metric.endswith(".errors"):
+                verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=alpha, confidence=confidence))
+            continue
+        verdicts.append(compare(metric, run.a.samples.get(metric, []), run.b.samples.get(metric, []),
+                                min_effect=min_effect, alpha=alpha, confidence=confidence, gated=is_gated))
+    report = GateReport(title=title, label_a=run.a.command or run.a.label, label_b=run.b.command or run.b.label,
+                        verdicts=verdicts, errors=list(run.errors), log_diff=log_diff(run.a, run.b))
+    report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
+    if run.a.quality is not None and run.b.quality is not None:
+        failed_a = {c["name"] for c in run.a.quality.get("checks", []) if not c.get("passed")}
+        failed_b = {c["name"] for c in run.b.quality.get("checks", []) if not c.get("passed")}
+        report.quality = {"suite": run.a.quality.get("suite"), "score_a": run.a.quality.get("score"),
+                          "score_b": run.b.quality.get("score"), "failed_b_only": sorted(failed_b - failed_a)}
+    for side in (run.a, run.b):
+        report.notes += [f"{side.label}: {p}" for p in side.placebo]
+    report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
+                        f"min effect {100 * min_effect:.1f}%, alpha {alpha}, {100 * confidence:.0f}% bootstrap CI")
+    return report
+
+
+# ---- what the logs said ---------------------------------------------------------------------------
+
+def log_diff(a: SideResult, b: SideResult) -> list[str]:
+    """Plain sentences on what differs, and what is the same, between A's and B's startup and environment."""
+    lines: list[str] = []
+    sa, sb = a.startup or {}, b.startup or {}
+    ba, bb = sa.get("backends") or {}, sb.get("backends") or {}
+    same = {k: v for k, v in ba.items() if bb.get(k) == v}
+    for k in sorted(set(ba) | set(bb)):
+        if ba.get(k) != bb.get(k):
+            lines.append(f"backend `{k}`: A selected {ba.get(k)!r}, B selected {bb.get(k)!r}")
+    if same:
+        picked = ", ".join(f"{k}={v}" for k, v in sorted(same.items()))
+        lines.append(f"same kernel/backend path selected in A and B: {picked}")
+    elif not ba and not bb:
+        lines.append("neither log named a kernel or backend choice")
+    fa, fb = sa.get("facts") or {}, sb.get("facts") or {}
+    for k in sorted(set(fa) | set(fb)):
+        if fa.get(k) != fb.get(k):
+            lines.append(f"log fact `{k}`: A {fa.get(k)!r}, B {fb.get(k)!r}")
+    for k in ("version", "kv_cache_tokens", "max_concurrency"):
+        if sa.get(k) != sb.get(k):
+            lines.append(f"{k}: A {sa.get(k)!r}, B {sb.get(k)!r}")
+    pa, pb = sa.get("phases_s") or {}, sb.get("phases_s") or {}
+    for k in sorted(set(pa) | set(pb)):
+        va, vb = pa.get(k), pb.get(k)
+        if va is None or vb is None:
+            lines.append(f"startup phase `{k}` only in {'A' if vb is None else 'B'}")
+        elif max(va, vb) > 1.0 and abs(va - vb) / max(va, vb) > 0.2:
+            lines.append(f"startup phase `{k}`: A {va:.1f} s, B {vb:.1f} s")
+    for d in material_differences(a.fingerprint, b.fingerprint):
+        lines.append(f"fingerprint {d}")
+    if a.fingerprint and b.fingerprint and not material_differences(a.fingerprint, b.fingerprint):
+        lines.append("fingerprints agree on every material field (" + ", ".join(MATERIAL) + ")")
+    return lines

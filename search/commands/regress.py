@@ -1,0 +1,312 @@
+"""`search baseline save`, `search regress`, `search ab`: baselines, the regression gate, A/B with claims.
+
+Exit codes (regress, and ab): 0 pass, 1 regression (or a contradicted claim), 2 inconclusive or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.fingerprint import material_differences
+from harness.session import LaunchFailed, MeasureSettings
+from search.ab import ABRun, Subject, measure_alone, report_from_run, run_interleaved, subject_from
+from search.baseline import (
+    Baseline,
+    baseline_from_study,
+    config_params,
+    load_baseline,
+    parse_assignments,
+    pin,
+    pinned_space,
+    raw_space_doc,
+    save_baseline,
+)
+from search.gate import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    EXIT_INCONCLUSIVE,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    GateReport,
+    compare,
+    judge_claim,
+    parse_claim,
+)
+from search.results import write_json_atomic
+from search.space import Config, Space
+
+err = Console(stderr=True, highlight=False)
+
+
+def _progress(quiet: bool) -> Any:
+    t0 = time.monotonic()
+
+    def show(text: str) -> None:
+        if not quiet:
+            err.print(f"[dim]{time.monotonic() - t0:7.1f}s[/] {text}", soft_wrap=True)
+    return show
+
+
+@dataclass
+class Source:
+    """A config to measure: where it came from, its one-point space and its pinned values."""
+
+    label: str
+    space: Space
+    config: Config
+    baseline: Baseline | None = None
+
+
+def resolve_source(text: str, overrides: dict[str, Any]) -> Source:
+    """A baseline JSON, a space YAML (its default config), or a study's results folder (its best trial,
+    or FOLDER:N for trial N); `overrides` set parameters on top."""
+    path, _, trial = text.partition(":") if not Path(text).exists() else (text, "", "")
+    p = Path(path)
+    if p.suffix == ".json" and p.is_file():
+        baseline = load_baseline(p)
+        params = {**baseline.params, **overrides}
+        space, config = pinned_space(baseline.config, params, str(p))
+        return Source(f"{baseline.name}", space, config, baseline)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        doc = raw_space_doc(p)
+        from search.space import load_space
+
+        params = config_params(load_space(p), overrides)
+        space, config = pinned_space(doc, params, str(p))
+        return Source(p.stem, space, config)
+    if p.is_dir():
+        b = baseline_from_study(p, "_", int(trial) if trial else None)
+        params = {**b.params, **overrides}
+        space, config = pinned_space(b.config, params, str(p))
+        return Source(f"{p.name}#{b.source['trial']}", space, config)
+    raise ValueError(f"{text!r}: not a baseline .json, a space .yaml or a study results folder")
+
+
+def _measure_settings(space: Space, repeats: int | None) -> MeasureSettings:
+    m = space.m.measure
+    return MeasureSettings(repeats=repeats or m.repeats, warmup=m.warmup, request_timeout_s=m.request_timeout_s)
+
+
+def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) -> None:
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report.markdown())
+    (out / "junit.xml").write_text(report.junit_xml())
+    write_json_atomic(out / "report.json", {**report.to_dict(), **extra})
+    err.print(f"wrote {out / 'report.md'}, {out / 'junit.xml'}, {out / 'report.json'}")
+
+
+# ---- baseline save ------------------------------------------------------------------------------
+
+def cmd_baseline_save(args: argparse.Namespace) -> int:
+    overrides = parse_assignments(args.set)
+    source = Path(args.source)
+    if source.is_dir():
+        if overrides:
+            raise ValueError("--set applies to a space file; a study's trial is saved as it was measured")
+        baseline = baseline_from_study(source, args.name, args.trial)
+    elif source.suffix in (".yaml", ".yml") and source.is_file():
+        src = resolve_source(args.source, overrides)
+        subject = subject_from(src.space, src.config, src.label)
+        work = Path(args.work_dir or f"results/baseline-{args.name}")
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            side = measure_alone(subject, src.space.workload_specs(dict(subject.request)),
+                                 _measure_settings(src.space, args.repeats), args.rounds, work,
+                                 src.space.m.quality.suite, _progress(args.quiet))
+        except LaunchFailed as exc:
+            err.print(f"[red]error[/]: {exc.detail}")
+            return EXIT_INCONCLUSIVE
+        baseline = Baseline(name=args.name, config=pin(raw_space_doc(args.source), src.config.as_params()),
+                            params=src.config.as_params(),
+                            samples=side.samples, sample_unit="round", fingerprint=side.fingerprint,
+                            startup=side.startup, quality=side.quality, command=side.command,
+                            source={"kind": "space", "space": args.source, "rounds": args.rounds})
+    else:
+        raise ValueError(f"{args.source!r}: give a study results folder or a space .yaml file")
+    if args.metric:
+        baseline.gate["metrics"] = list(args.metric)
+    baseline.gate.setdefault("min_effect", args.min_effect)
+    path = save_baseline(baseline, Path(args.dir), overwrite=args.force)
+    n = {len(v) for v in baseline.samples.values()}
+    print(f"saved {path}: {len(baseline.samples)} metrics, {max(n) if n else 0} {baseline.sample_unit}s each; "
+          f"gated: {', '.join(baseline.gated_metrics())}")
+    return 0
+
+
+# ---- regress ------------------------------------------------------------------------------------
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    baseline = load_baseline(args.baseline)
+    space, config = pinned_space(baseline.config, baseline.params, args.baseline)
+    env = {k: str(v) for k, v in parse_assignments(args.candidate_env, "--candidate-env").items()}
+    flags = parse_assignments(args.candidate_flag, "--candidate-flag")
+    if not (args.candidate_python or args.candidate_command or args.candidate_image or env or flags):
+        raise ValueError("name the candidate: --candidate-python, --candidate-command, --candidate-image, "
+                         "--candidate-env or --candidate-flag")
+    a = subject_from(space, config, f"baseline {baseline.name}")
+    desc = ", ".join(f"{k}={v}" for k, v in (("python", args.candidate_python), ("command", args.candidate_command),
+                                               ("image", args.candidate_image)) if v)
+    desc += "".join(f", env {k}={v}" for k, v in env.items()) + "".join(f", {k}={v}" for k, v in flags.items())
+    b = subject_from(space, config, f"candidate ({desc.strip(', ')})", command=args.candidate_command,
+                     python=args.candidate_python, image=args.candidate_image, env=env, flags=flags)
+    gated = list(dict.fromkeys([*baseline.gated_metrics(), *(args.metric or [])]))
+    min_effect = args.min_effect if args.min_effect is not None else baseline.gate.get("min_effect",
+                                                                                         DEFAULT_MIN_EFFECT)
+    report, run = _run_and_report(a, b, space, args, f"regress {baseline.name}", gated, min_effect)
+    here = material_differences(baseline.fingerprint, run.a.fingerprint) if run.a.fingerprint else []
+    if here:
+        report.notes.append("this host differs from where the baseline was recorded: " + "; ".join(here))
+    _drift_note(report, baseline, min_effect)
+    return _finish(report, run, args, {"baseline": args.baseline})
+
+
+def _drift_note(report: GateReport, baseline: Baseline, min_effect: float) -> None:
+    """Stored samples vs today's baseline side: says whether the machine itself has moved."""
+    for v in report.verdicts:
+        if v.gated and v.metric in baseline.samples and len(baseline.samples[v.metric]) >= 2 and v.samples_a:
+            then = compare(v.metric, baseline.samples[v.metric], v.samples_a, min_effect=min_effect)
+            if then.verdict in ("regressed", "improved"):
+                report.notes.append(f"drift: the baseline config itself measures {then.change_pct:+.1f}% on "
+                                    f"{v.metric} against the stored samples (host load or state changed)")
+
+
+def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespace, title: str, gated: list[str],
+                    min_effect: float) -> tuple[GateReport, ABRun]:
+    work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
+    work.mkdir(parents=True, exist_ok=True)
+    workloads = space.workload_specs(dict(a.request))
+    run = run_interleaved(a, b, workloads, _measure_settings(space, args.repeats), args.rounds, work,
+                          space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet))
+    return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
+
+
+def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dict[str, Any],
+            code: int | None = None) -> int:
+    _write_outputs(report, Path(args.out) if args.out else None, {**extra, "run": run.to_dict()})
+    if args.json:
+        print(json.dumps(report.to_dict(), default=str))
+    else:
+        print(report.markdown())
+    return report.exit_code() if code is None else code
+
+
+# ---- ab -----------------------------------------------------------------------------------------
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    src_a = resolve_source(args.a, parse_assignments(args.a_set, "--a-set"))
+    src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
+    if (src_a.config.engine, src_a.config.model) != (src_b.config.engine, src_b.config.model) and not args.b:
+        raise ValueError("A and B differ in engine or model")
+    side = {}
+    for key, src in (("a", src_a), ("b", src_b)):
+        env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
+        side[key] = subject_from(src.space, src.config, f"{key.upper()}: {src.label}",
+                                 command=getattr(args, f"{key}_command"), python=getattr(args, f"{key}_python"),
+                                 image=getattr(args, f"{key}_image"), env=env)
+    claims = [parse_claim(c) for c in args.claim or []]
+    workload_names = [w.name for w in src_a.space.m.workloads]
+    gated = list(args.metric or [])
+    for c in claims:
+        gated.append(_claim_metric(c.metric_leaf, workload_names, args.workload))
+    if not gated:
+        gated = [o.metric for o in src_a.space.m.objectives]
+    report, run = _run_and_report(side["a"], side["b"], src_a.space, args, "ab", gated, args.min_effect)
+    by_metric = {v.metric: v for v in report.verdicts}
+    for c in claims:
+        metric = _claim_metric(c.metric_leaf, workload_names, args.workload)
+        if metric in by_metric:
+            result = judge_claim(c, by_metric[metric], args.min_effect)
+            report.claims.append(result)
+            if result.verdict == "contradicted" and any("same kernel/backend" in d for d in report.log_diff):
+                report.notes.append("why: the same kernel/backend path was selected in A and B, so the change "
+                                    "the claim relies on is likely not taking effect on this hardware")
+    code = report.exit_code()
+    if report.claims and not report.errors:
+        verdicts = {c.verdict for c in report.claims}
+        code = (EXIT_REGRESSION if "contradicted" in verdicts else
+                EXIT_INCONCLUSIVE if "undecided" in verdicts else EXIT_PASS)
+    return _finish(report, run, args, {"a": args.a, "b": args.b or args.a}, code)
+
+
+def _claim_metric(leaf: str, workloads: list[str], chosen: str | None) -> str:
+    if chosen:
+        if chosen not in workloads:
+            raise ValueError(f"--workload {chosen!r}: not one of {', '.join(workloads)}")
+        return f"{chosen}.{leaf}"
+    return f"{workloads[0]}.{leaf}"
+
+
+# ---- argparse -----------------------------------------------------------------------------------
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds; each side starts once per round "
+                                                          "(default 6)")
+    p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
+    p.add_argument("--min-effect", type=float, default=None if p.prog.endswith("regress") else DEFAULT_MIN_EFFECT,
+                   help=f"smallest relative change that matters (default {DEFAULT_MIN_EFFECT})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level of the two-sided Mann-Whitney test (default {DEFAULT_ALPHA})")
+    p.add_argument("--metric", action="append", help="also gate this metric, e.g. single.ttft_p50_s (repeatable)")
+    p.add_argument("--keep-servers", action="store_true",
+                   help="start each side once and alternate runs (faster; sessions effects then count as change)")
+    p.add_argument("--out", help="write report.md, junit.xml and report.json (and server logs) here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    base = sub.add_parser("baseline", help="baseline files for the regression gate")
+    base_sub = base.add_subparsers(dest="baseline_cmd", required=True)
+    save = base_sub.add_parser("save", help="save a study's best trial, or a space's config measured now")
+    save.add_argument("source", help="a study results folder, or a space .yaml (measured now, --rounds starts)")
+    save.add_argument("--name", required=True, help="baseline name: baselines/NAME.json")
+    save.add_argument("--trial", type=int, help="a study's trial number (default: the best feasible)")
+    save.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a space parameter")
+    save.add_argument("--rounds", type=int, default=6, help="server starts when measuring a space (default 6)")
+    save.add_argument("--repeats", type=int, help="runs per workload per start (default: the space's)")
+    save.add_argument("--metric", action="append", help="metrics to gate (default: the space's objectives)")
+    save.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
+    save.add_argument("--dir", default="baselines", help="where baseline files live (default ./baselines)")
+    save.add_argument("--work-dir", help="server logs of the measurement")
+    save.add_argument("--force", action="store_true", help="replace an existing baseline file")
+    save.add_argument("--quiet", action="store_true")
+    save.set_defaults(func=cmd_baseline_save)
+
+    reg = sub.add_parser("regress", help="re-measure a baseline's config on a candidate engine build, "
+                                         "interleaved, and gate (exit 0 pass, 1 regression, 2 inconclusive/error)")
+    reg.add_argument("--baseline", required=True, help="baselines/NAME.json")
+    cand = reg.add_argument_group("candidate (what differs from the baseline; at least one)")
+    cand.add_argument("--candidate-python", help="the candidate engine environment's python, e.g. a venv with "
+                                                 "a new vLLM wheel")
+    cand.add_argument("--candidate-command", help="the candidate engine's whole command, e.g. a new llama-server")
+    cand.add_argument("--candidate-image", help="the candidate container image (docker launcher)")
+    cand.add_argument("--candidate-env", action="append", metavar="KEY=VALUE", help="extra environment")
+    cand.add_argument("--candidate-flag", action="append", metavar="KEY=VALUE", help="a flag set differently")
+    _common(reg)
+    reg.set_defaults(func=cmd_regress)
+
+    ab = sub.add_parser("ab", help="interleaved A/B of two configs or engine builds, with claim verdicts")
+    ab.add_argument("a", help="A: baseline .json, space .yaml (default config) or study folder[:TRIAL]")
+    ab.add_argument("b", nargs="?", help="B: same kinds (default: A again, changed by --b-* options)")
+    for key in ("a", "b"):
+        ab.add_argument(f"--{key}-set", action="append", metavar="KEY=VALUE", help=f"set a parameter on {key.upper()}")
+        ab.add_argument(f"--{key}-env", action="append", metavar="KEY=VALUE", help=f"extra environment for "
+                                                                                   f"{key.upper()}")
+        ab.add_argument(f"--{key}-python", help=f"{key.upper()}'s engine environment python")
+        ab.add_argument(f"--{key}-command", help=f"{key.upper()}'s whole engine command")
+        ab.add_argument(f"--{key}-image", help=f"{key.upper()}'s container image")
+    ab.add_argument("--claim", action="append", help="a claimed change of B over A, e.g. '+24%% tok/s', '1.93x', "
+                                                     "'-10%% ttft' (repeatable)")
+    ab.add_argument("--workload", help="the workload a claim is about (default: the first)")
+    _common(ab)
+    ab.set_defaults(func=cmd_ab)
+
