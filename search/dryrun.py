@@ -5,6 +5,7 @@ from __future__ import annotations
 import optuna
 
 from harness.engines import get_engine
+from search.memory_fit import estimate
 from search.space import Space
 
 
@@ -23,6 +24,11 @@ def dry_run(space: Space, n: int) -> list[str]:
         label = "default" if i == 0 else f"sample {i}"
         lines.append(f"# trial {i} ({label}): {config.engine} / {config.model}"
                      + (f"; request-side: {request}" if request else ""))
+        fit = estimate(space, config)
+        if fit is not None and not fit.fits:
+            lines.append(f"# not launched: cannot fit ({fit.detail})")
+        elif fit is not None and fit.warning:
+            lines.append(f"# warning: {fit.warning}")
         lines.append(spec.command_line())
         study.tell(trial, [0.0] * len(space.m.objectives))
     return lines

@@ -97,11 +97,22 @@ class EngineModel(Strict):
         return value
 
 
+class DeviceModel(Strict):
+    """What the target device offers, for the memory-fit check and the roofline."""
+
+    name: str | None = None
+    memory_gb: float | None = Field(default=None, gt=0)
+    bandwidth_gbs: float | None = Field(default=None, gt=0)
+    default_utilization: float = Field(default=0.9, gt=0, le=1)
+    reserve_gb: float = Field(default=1.0, ge=0)  # activations, CUDA context, fragmentation
+
+
 class ModelModel(Strict):
     name: str
     path: str
     format: str = "unknown"
     size_gb: float | None = Field(default=None, ge=0)
+    kv_bytes_per_token: float | None = Field(default=None, gt=0)
     has_mtp: bool = False
     active_params_b: float | None = Field(default=None, gt=0)
     bytes_per_param: float | None = Field(default=None, gt=0)
@@ -232,6 +243,7 @@ class SpaceModel(Strict):
     objectives: list[ObjectiveModel] = Field(min_length=1)
     constraints: list[str] = []
     budget: BudgetModel = BudgetModel()
+    device: DeviceModel | None = None
     seed: int = 0
 
     @model_validator(mode="after")
@@ -371,7 +383,8 @@ class Space:
         m = next(m for m in self.m.models if m.name == name)
         return ModelChoice(name=m.name, path=m.path, format=m.format, size_gb=m.size_gb, has_mtp=m.has_mtp,
                            active_params_b=m.active_params_b, bytes_per_param=m.bytes_per_param,
-                           attrs=dict(m.attrs))
+                           attrs={**m.attrs, **({"kv_bytes_per_token": m.kv_bytes_per_token}
+                                                if m.kv_bytes_per_token else {})})
 
     def workload_specs(self, request: dict[str, Any] | None = None) -> list[WorkloadSpec]:
         """The space's workloads, with request-side parameters (see REQUEST_SIDE) applied."""

@@ -1,20 +1,25 @@
 """The trial loop: sample a config, start (or reuse) its server, measure, check, store.
 
-Optuna's ask/tell interface keeps the loop in our hands, so that a failed start is a failed
-trial (never a crash of the search), a running server is reused when only request-side
-parameters change, and Ctrl-C / SIGTERM stop every server before the study is left consistent.
+A failed start is a failed trial with its cause (never a crash of the search), an identical
+config is never launched twice, a running server is reused when only request-side parameters
+change, and Ctrl-C / SIGTERM stop every server and leave the study consistent and resumable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
+import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import optuna
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from harness.launch import log_tail
@@ -27,10 +32,15 @@ from harness.session import (
     model_id_of,
     start_config,
 )
+from search.memory_fit import estimate
 from search.results import Failure, TrialRecord, write_json_atomic
 from search.space import Config, Space, constraint_value
 
 RECORD_ATTR = "flagsearch_record"
+HEARTBEAT_S = 60  # RDB storages: a trial without a heartbeat for GRACE_S is failed and retried once
+GRACE_S = 180
+
+
 
 
 class Reporter(Protocol):
@@ -52,21 +62,34 @@ def default_storage(results_dir: Path) -> str:
 
 
 def make_sampler(space: Space) -> optuna.samplers.BaseSampler:
-    def constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
-        record = trial.user_attrs.get(RECORD_ATTR) or {}
-        return list(record.get("constraint_values") or [])
+    """TPE for one objective, NSGA-II for several; both honour the constraints each trial sets."""
+    if len(space.m.objectives) == 1:
+        return optuna.samplers.TPESampler(seed=space.m.seed, n_startup_trials=4)
+    return optuna.samplers.NSGAIISampler(seed=space.m.seed, population_size=8)
 
-    n_obj = len(space.m.objectives)
-    if n_obj == 1:
-        return optuna.samplers.TPESampler(seed=space.m.seed, constraints_func=constraints, n_startup_trials=4)
-    return optuna.samplers.NSGAIISampler(seed=space.m.seed, constraints_func=constraints, population_size=8)
+
+def make_storage(url: str) -> optuna.storages.BaseStorage:
+    """SQLite or any SQLAlchemy URL, with heartbeats so a dead worker's trial is retried."""
+    return optuna.storages.RDBStorage(
+        url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+        engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else {"connect_args": {"timeout": 60}})
 
 
 def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
     directions = [o.direction for o in space.m.objectives]
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
-                                sampler=make_sampler(space), load_if_exists=True)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    for attempt in range(6):
+        try:
+            study = optuna.create_study(storage=make_storage(storage), study_name=study_name,
+                                        directions=directions, sampler=make_sampler(space), load_if_exists=True)
+            break
+        except sqlalchemy.exc.DBAPIError:
+            # Workers that start together on a fresh database race to create its tables.
+            if attempt == 5:
+                raise
+            time.sleep(0.5 + random.random() * (attempt + 1))
     objectives = [[o.metric, o.direction] for o in space.m.objectives]
     if study.user_attrs.get("objectives") not in (None, objectives):
         raise ValueError(f"study {study_name!r} was created with objectives {study.user_attrs['objectives']}, "
@@ -102,48 +125,64 @@ class StudyRunner:
         self.results_dir = results_dir
         self.reporter = reporter
         self.study = open_study(space, storage, study_name)
+        self._ensure_baseline()
         self.active: ActiveServer | None = None
         self._fingerprints: dict[str, dict[str, Any]] = {}
         self.starts = 0
         self.starts_saved = 0
+        self.total = space.m.budget.trials
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> None:
-        total = n_trials or self.space.m.budget.trials
-        deadline = time.monotonic() + timeout_s if timeout_s else None
-        self._enqueue_baseline_and_interrupted()
+        """Run until the study holds `n_trials` finished trials (the budget is per study, so a
+        second run of the same study resumes, and several workers share one budget)."""
+        self.total = n_trials or self.space.m.budget.trials
+        self._requeue_interrupted()
+        if self._finished_count() >= self.total:
+            self.reporter.note(f"the study already has {self.total} finished trials")
+            return
         try:
-            while True:
-                done = self._finished_count()
-                if done >= total:
-                    break
-                if deadline and time.monotonic() > deadline:
-                    self.reporter.note(f"time budget reached after {done} trials")
-                    break
-                trial = self.study.ask()
-                self._run_trial(trial, done + 1, total)
+            # optimize() (not bare ask/tell) so that RDB storages get heartbeats and stale trials of
+            # dead workers are failed and retried (see open_study).
+            self.study.optimize(self._objective, timeout=timeout_s, callbacks=[self._stop_at_budget],
+                                gc_after_trial=False)
         finally:
             self._stop_active()
 
-    def _finished_count(self) -> int:
-        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
-        return len(self.study.get_trials(deepcopy=False, states=states))
+    def _finished_count(self, with_running: bool = False) -> int:
+        states = [TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED]
+        if with_running:
+            states.append(TrialState.RUNNING)
+        return len(self.study.get_trials(deepcopy=False, states=tuple(states)))
 
-    def _enqueue_baseline_and_interrupted(self) -> None:
+    def _stop_at_budget(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        # Trials other workers are running count too, so that workers together run the budget.
+        if self._finished_count(with_running=True) >= self.total:
+            study.stop()
+
+    def _ensure_baseline(self) -> None:
+        # The engine's default config is measured first, so every result has a "x default" ratio.
+        # skip_if_exists: a second worker starting on the same fresh study does not queue it twice
+        # (a race remains if both start within the same moment).
+        if not self.study.get_trials(deepcopy=False):
+            self.study.enqueue_trial(self.space.default_config(), user_attrs={"baseline": True},
+                                     skip_if_exists=True)
+
+    def _requeue_interrupted(self) -> None:
         trials = self.study.get_trials(deepcopy=False)
-        if not trials:
-            # The engine's default config is measured first, so every result has a "x default" ratio.
-            self.study.enqueue_trial(self.space.default_config(), user_attrs={"baseline": True})
-            return
         finished = {repr(sorted(t.params.items())) for t in trials if t.state == TrialState.COMPLETE}
+        waiting = {repr(sorted(t.params.items())) for t in trials if t.state == TrialState.WAITING}
         for t in trials:
-            if t.user_attrs.get("interrupted") and repr(sorted(t.params.items())) not in finished:
-                self.study.enqueue_trial(t.params, user_attrs={"resumed_from": t.number}, skip_if_exists=True)
+            key = repr(sorted(t.params.items()))
+            if t.user_attrs.get("interrupted") and key not in finished and key not in waiting:
+                self.study.enqueue_trial(t.params, user_attrs={"resumed_from": t.number})
+                waiting.add(key)
 
-    def _run_trial(self, trial: optuna.Trial, index: int, total: int) -> None:
+    def _objective(self, trial: optuna.Trial) -> list[float]:
         started = time.monotonic()
+        index = self._finished_count() + 1
         config = self.space.sample(trial)
-        self.reporter.trial_started(trial.number, index, total, config)
+        self.reporter.trial_started(trial.number, index, self.total, config)
         record = TrialRecord(number=trial.number, state="running", params=config.as_params(),
                              engine=config.engine, model=config.model)
         trial_dir = self.results_dir / "trials" / f"{trial.number:04d}"
@@ -153,6 +192,11 @@ class StudyRunner:
                 self._record_duplicate(record, previous)
             else:
                 self._measure_config(config, record, trial_dir)
+        except Exception as exc:  # a bug or an unforeseen fault costs one trial, not the search
+            self._stop_active()
+            record.state = "failed"
+            record.failure = Failure("internal_error", f"{type(exc).__name__}: {exc}",
+                                     traceback.format_exc().splitlines()[-12:])
         except KeyboardInterrupt:
             record.state = "failed"
             record.failure = Failure("interrupted", "the search was interrupted during this trial")
@@ -160,6 +204,15 @@ class StudyRunner:
             self._finish(trial, record, trial_dir, started)
             raise
         self._finish(trial, record, trial_dir, started)
+        if record.state in ("complete", "duplicate") and record.objective_values is not None:
+            for label, value in zip(self.constraint_labels(), record.constraint_values, strict=True):
+                trial.set_constraint(label, value)  # feasible when <= 0; samplers and reports read these
+            return record.objective_values
+        # A failed config is told as PRUNED, not FAIL: TPE then ranks it below every result and
+        # steers away from its region (crash learning), while FAIL trials would be ignored and the
+        # same failing region proposed again. The record keeps state "failed" and the cause.
+        cause = record.failure.cause if record.failure else "failed"
+        raise optuna.TrialPruned(f"trial {trial.number} failed: {cause}")
 
     def _identical_finished(self, config: Config) -> TrialRecord | None:
         params = config.as_params()
@@ -198,6 +251,14 @@ class StudyRunner:
             self.starts_saved += 1
             self.reporter.phase("reusing the running server (only request-side parameters changed)")
         else:
+            fit = estimate(self.space, config)
+            if fit is not None and not fit.fits:
+                record.state = "failed"
+                record.failure = Failure("wont_fit", f"rejected before launch: {fit.detail}")
+                self.reporter.phase(f"not launched: cannot fit ({fit.detail})")
+                return
+            if fit is not None and fit.warning:
+                record.warnings.append(fit.warning)
             self._stop_active()
             try:
                 running = start_config(settings, model, flags, env, free_port(settings.host),
@@ -221,9 +282,17 @@ class StudyRunner:
     def _measure(self, record: TrialRecord, running: RunningConfig, request: dict[str, Any]) -> None:
         m = self.space.m
         workloads = self.space.workload_specs(request)
-        results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
-                                                                      m.measure.request_timeout_s),
-                                  self.reporter.phase)
+        try:
+            results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
+                                                                          m.measure.request_timeout_s),
+                                      self.reporter.phase)
+        except httpx.HTTPError as exc:  # alive but not answering (frozen, deadlocked): a failed trial
+            record.state = "failed"
+            record.failure = Failure("unresponsive", f"the server stopped answering ({type(exc).__name__})",
+                                     log_tail(running.server.log_path))
+            running.stop()
+            self.active = None
+            return
         for name, wm in results.items():
             record.workloads[name] = wm.to_dict()
             for k, stat in wm.summary.items():
@@ -252,6 +321,12 @@ class StudyRunner:
         return await run_suite(running.base_url, await model_id_of(running.base_url), m.quality.suite or "",
                                m.measure.request_timeout_s)
 
+    def constraint_labels(self) -> list[str]:
+        labels = [f"{metric} {op} {threshold:g}" for metric, op, threshold in self.space.constraint_exprs()]
+        if self.space.m.quality.suite:
+            labels.append(f"quality.score >= {self.space.m.quality.min_score:g}")
+        return labels
+
     def _score(self, record: TrialRecord) -> None:
         m = self.space.m
         values = []
@@ -274,12 +349,9 @@ class StudyRunner:
 
     def _finish(self, trial: optuna.Trial, record: TrialRecord, trial_dir: Path, started: float) -> None:
         record.wall_s = time.monotonic() - started
-        write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
+        # The study storage gets the record first: it is what resume, reports and workers read.
         trial.set_user_attr(RECORD_ATTR, _jsonable(record.summary()))
-        if record.state in ("complete", "duplicate") and record.objective_values is not None:
-            self.study.tell(trial, record.objective_values)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+        write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
         self.reporter.trial_finished(record)
 
     def _stop_active(self) -> None:

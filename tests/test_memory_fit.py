@@ -1,0 +1,74 @@
+"""The memory-fit estimate rejects configs that certainly cannot fit, before any launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from search.memory_fit import estimate
+from search.space import parse_space
+from search.study import StudyRunner, default_storage
+
+
+def space(command: str = "/nonexistent/vllm") -> dict:
+    return {
+        "name": "fit",
+        "device": {"name": "GB10", "memory_gb": 128, "bandwidth_gbs": 273},
+        "engines": {"vllm": {"command": [command]}},
+        "models": [{"name": "nvfp4", "path": "/models/q", "size_gb": 75.6, "kv_bytes_per_token": 24576}],
+        "params": {
+            "gpu_memory_utilization": {"type": "categorical", "choices": [0.9, 0.5], "default": 0.9},
+            "max_model_len": {"type": "categorical", "choices": [131072, 4194304], "default": 131072},
+            "kv_cache_dtype": {"type": "categorical", "choices": ["auto", "fp8"], "default": "auto"},
+        },
+        "workloads": [{"name": "w", "profile": "uniform_short"}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "w.output_tok_s"}],
+    }
+
+
+def config_of(s, **params):  # noqa: ANN001, ANN201
+    study = optuna.create_study()
+    study.enqueue_trial(params)
+    return s.sample(study.ask())
+
+
+def test_estimate_rejects_only_certain_misfits() -> None:
+    s = parse_space(space())
+    ok = estimate(s, config_of(s, gpu_memory_utilization=0.9, max_model_len=131072, kv_cache_dtype="auto"))
+    assert ok is not None and ok.fits and ok.need_gb < ok.available_gb
+    small = estimate(s, config_of(s, gpu_memory_utilization=0.5, max_model_len=131072, kv_cache_dtype="auto"))
+    assert small is not None and not small.fits and "75.6 GB" in small.detail
+    huge = estimate(s, config_of(s, gpu_memory_utilization=0.9, max_model_len=4194304, kv_cache_dtype="auto"))
+    assert huge is not None and not huge.fits
+    fp8 = estimate(s, config_of(s, gpu_memory_utilization=0.9, max_model_len=4194304, kv_cache_dtype="fp8"))
+    assert fp8 is not None and fp8.need_gb < huge.need_gb
+
+
+def test_estimate_needs_the_facts() -> None:
+    doc = space()
+    del doc["device"]
+    s = parse_space(doc)
+    assert estimate(s, config_of(s, gpu_memory_utilization=0.5, max_model_len=131072, kv_cache_dtype="auto")) is None
+
+
+class Quiet:
+    def trial_started(self, *a: object) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_finished(self, record: object) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+def test_study_records_a_misfit_without_launching(tmp_path: Path) -> None:
+    # The command does not exist: had the study tried to launch, the cause would be bad_command.
+    s = parse_space(space())
+    runner = StudyRunner(s, default_storage(tmp_path), "fit", tmp_path, Quiet())
+    runner.study.enqueue_trial({"gpu_memory_utilization": 0.5, "max_model_len": 131072, "kv_cache_dtype": "auto"},
+                               skip_if_exists=False)
+    runner.run(n_trials=2)
+    records = {t.number: t.user_attrs["flagsearch_record"] for t in runner.study.trials}
+    assert records[0]["failure"]["cause"] == "bad_command"  # the default: launched, command missing
+    assert records[1]["failure"]["cause"] == "wont_fit" and "rejected before launch" in records[1]["failure"]["detail"]
+    assert runner.starts == 0
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in runner.study.trials)
