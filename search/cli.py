@@ -29,7 +29,9 @@ err = Console(stderr=True, highlight=False)
 class ConsoleReporter:
     """Human progress: which trial, which phase, elapsed time; one line per event (CI-friendly)."""
 
-    def __init__(self, quiet: bool = False, as_json: bool = False):
+    def __init__(self, quiet: bool = False, as_json: bool = False, maximize: bool = True):
+        self.best: tuple[int, float] | None = None  # (trial, first objective) among feasible trials
+        self.sign = 1.0 if maximize else -1.0
         self.quiet = quiet
         self.as_json = as_json
         self.t0 = time.monotonic()
@@ -70,6 +72,15 @@ class ConsoleReporter:
         else:
             shown = {k: v for k, v in record.metrics.items() if k.endswith(("output_tok_s", "quality.score"))}
             console.print("  [green]done[/]: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()))
+            feasible = all(c <= 0 for c in record.constraint_values)
+            if feasible and record.objective_values and (self.best is None or record.objective_values[0]
+                                                        * self.sign > self.best[1] * self.sign):
+                self.best = (record.number, record.objective_values[0])
+            if not feasible:
+                console.print("  [yellow]infeasible[/]: a constraint is violated "
+                              f"({', '.join(f'{c:+.3g}' for c in record.constraint_values)})")
+        if self.best:
+            console.print(f"  best so far: trial #{self.best[0]} = {self.best[1]:.4g}")
         for p in record.placebo:
             console.print(f"  [yellow]placebo?[/] {p}")
 
@@ -88,8 +99,11 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
     table = Table(title=f"study {view.name}", show_lines=False)
     for col in ("#", "state", "params", *metric_names, "x default", "quality", "errors", "ready s", "note"):
         table.add_column(col, overflow="fold")
+    base_params = view.baseline.params if view.baseline else {}
     for r in sorted(view.records, key=lambda r: r.number):
-        params = ", ".join(f"{k}={v}" for k, v in r.params.items() if k not in ("engine", "model"))
+        # Only what differs from the default config: the table stays readable in 100 columns.
+        changed = {k: v for k, v in r.params.items() if base_params.get(k, object()) != v}
+        params = ", ".join(f"{k}={v}" for k, v in changed.items()) or ("(defaults)" if base_params else "")
         values = [_fmt(v) for v in (r.objective_values or [None] * len(metric_names))]
         ratio = view.ratio_to_default(r)
         note = ""
@@ -143,17 +157,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     study_name = args.study or space.name
     results_dir = Path(args.results) / study_name
     storage = args.storage or default_storage(results_dir)
-    reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json)
+    reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json,
+                               maximize=space.m.objectives[0].direction == "maximize")
     runner = StudyRunner(space, storage, study_name, results_dir, reporter)
     if not args.json:
         console.print(f"study [bold]{study_name}[/] in {storage}; results in {results_dir}")
     try:
         runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         stop_all()
         err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
                   "run the same command again to resume")
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130  # the shell's codes for SIGTERM / SIGINT
     view = load_view(runner.study)
     if args.json:
         best = view.best()

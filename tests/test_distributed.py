@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
+    if os.environ.get("FLAGSEARCH_PG_URL"):
+        return os.environ["FLAGSEARCH_PG_URL"]
     subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "start"], check=True, timeout=300)
     out = subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "url"], check=True, capture_output=True,
                          text=True, timeout=60)

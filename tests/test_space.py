@@ -194,3 +194,18 @@ def test_space_file_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc(), sort_keys=False))
     assert load_space(path).name == "t"
+
+
+def test_reproduce_command_keeps_ordinary_token_flags_and_hides_secrets() -> None:
+    d = doc()
+    d["engines"]["vllm"]["env"] = {"HF_TOKEN": "hf_abcdefghijkl"}
+    d["engines"]["vllm"]["args"] = {"max_num_batched_tokens": 4096, "api_key": "sk-secret-value"}
+    space = parse_space(d)
+    study = optuna.create_study()
+    study.enqueue_trial(space.default_config())
+    config = space.sample(study.ask())
+    flags, env, _ = space.split(config)
+    spec = get_engine("vllm").build_launch(space.engine_settings("vllm"), space.model_choice("m"), flags, env, 8000)
+    line = spec.command_line()
+    assert "--max-num-batched-tokens 4096" in line
+    assert "hf_abcdefghijkl" not in line and "sk-secret-value" not in line

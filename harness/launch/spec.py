@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # Names that look like credentials. Their values never reach results, reports or logs we write.
-_SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+# Whole name segments only: HF_TOKEN, --api-key, AWS_SECRET_ACCESS_KEY are secrets, while
+# --max-num-batched-tokens or TOKENIZER are not (a redacted flag value breaks the reproduce command).
+_SECRET_NAME = re.compile(r"(?:^|[_\-.])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:$|[_\-.])", re.IGNORECASE)
 REDACTED = "***"
 # Values shorter than this are not scrubbed by value (too likely to hit ordinary text such as "1").
 _MIN_SECRET_LEN = 6
