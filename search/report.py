@@ -36,6 +36,13 @@ from search.summary import StudyView, load_view
 # estimated from two or three points is noise presented as insight.
 MIN_IMPORTANCE_TRIALS = 5
 LOG_TAIL_LINES = 30
+# Columns of the sample tables that exist even when no sample does (an empty export keeps its header).
+REQUEST_COLUMNS = ("study", "trial", "trial_state", "workload", "concurrency", "repeat", "run_wall_s",
+                   "request", "ok", "status", "error_kind", "error_body", "ttft_s", "tpot_s", "e2e_s",
+                   "output_tokens", "prompt_tokens", "cached_prompt_tokens", "finish_reason", "start_s",
+                   "end_s", "chunks", "chunk_gaps_s")
+RUN_COLUMNS = ("study", "trial", "trial_state", "workload", "concurrency", "repeat", "wall_s",
+               "errors_by_kind")
 INTEGER_COLUMNS = ("trial", "repeat", "request", "status", "output_tokens", "prompt_tokens",
                    "cached_prompt_tokens", "concurrency", "chunks")
 
@@ -224,7 +231,7 @@ def requests_frame(inp: ReportInput) -> pd.DataFrame:
                 if isinstance(v, int | float) and not isinstance(v, bool):
                     row[f"server_timings.{k}"] = v
             rows.append(row)
-    return _tidy(pd.DataFrame(rows))
+    return _tidy(pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(REQUEST_COLUMNS)))
 
 
 def runs_frame(inp: ReportInput) -> pd.DataFrame:
@@ -237,7 +244,7 @@ def runs_frame(inp: ReportInput) -> pd.DataFrame:
         row.update({f"metric.{k}": v for k, v in (sample.get("metrics") or {}).items()})
         row.update({f"server.{k}": v for k, v in (sample.get("server") or {}).items()})
         rows.append(row)
-    return _tidy(pd.DataFrame(rows))
+    return _tidy(pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(RUN_COLUMNS)))
 
 
 def _tidy(df: pd.DataFrame) -> pd.DataFrame:
@@ -260,7 +267,8 @@ def export_tables(inp: ReportInput, csv_dir: Path | None = None,
     if not inp.results:
         where = inp.results_dir / "trials" if inp.results_dir else "the results folder (give --results-dir)"
         raise ResultsError(f"no raw samples found: no trials/NNNN/result.json under {where}")
-    tables = {"trials": _tidy(trials_frame(inp.view)), "runs": runs_frame(inp), "requests": requests_frame(inp)}
+    tables = {"trials": _tidy(trials_frame(inp.view)), "runs": runs_frame(inp),
+              "requests": requests_frame(inp)}
     written: list[Path] = []
     if csv_dir is not None:
         csv_dir.mkdir(parents=True, exist_ok=True)
@@ -293,10 +301,12 @@ PHASE_COLORS = ("#2f6db5", "#e08a1e", "#1b9e4b", "#8e44ad", "#c62828", "#16a2b8"
 
 
 def _figure(width: float, height: float) -> Any:
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    return fig
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    except ImportError:
+        raise ResultsError("the HTML report draws its plots with matplotlib: "
+                           "pip install matplotlib") from None
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def _svg(fig: Any) -> str:
@@ -496,8 +506,9 @@ def startup_rows(view: StudyView) -> tuple[list[str], list[tuple[TrialRecord, di
     for r in sorted(view.records, key=lambda r: r.number):
         if r.duplicate_of is not None or (r.ready_s is None and not r.startup):
             continue
-        got = {k: float(v) for k, v in (r.startup.get("phases_s") or {}).items()
-               if isinstance(v, int | float)}
+        # A reused server did not start: its record carries the first start's phases, not its own.
+        got = {} if r.reused_server else {k: float(v) for k, v in (r.startup.get("phases_s") or {}).items()
+                                          if isinstance(v, int | float)}
         for k in got:
             if k not in phases:
                 phases.append(k)
@@ -659,7 +670,7 @@ def _importance_section(inp: ReportInput) -> str:
 def _startup_section(view: StudyView) -> str:
     phases, rows = startup_rows(view)
     if not rows:
-        return "<p>No trial started a server.</p>"
+        return "<p>No server became ready (see the failures below).</p>"
     svg = startup_plot_svg(view)
     columns = ["#", "ready s", *phases, "KV cache tokens", "max concurrency", "state"]
     table_rows = []
@@ -763,7 +774,7 @@ nav a { margin-right: 14px; color: #2f6db5; text-decoration: none; font-size: 13
 pre { background: #0f1720; color: #e6edf3; padding: 9px 12px; border-radius: 6px; overflow-x: auto;
       font: 12px/1.45 ui-monospace, "DejaVu Sans Mono", monospace; margin: 4px 0; }
 pre.cmd { white-space: pre-wrap; word-break: break-all; }
-pre.log { max-height: 340px; overflow-y: auto; white-space: pre-wrap; word-break: break-word; }
+pre.log { white-space: pre-wrap; word-break: break-word; }
 table { border-collapse: collapse; width: 100%; font-size: 12.5px; margin: 6px 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 7px; text-align: left; vertical-align: top; }
 th { background: var(--bg); cursor: pointer; vertical-align: bottom; }
