@@ -49,6 +49,7 @@ class RequestResult:
     content_chunks: int = 0
     max_tokens: int | None = None  # what was asked for; output_tokens below it with ignore_eos = cut
     item: str | None = None
+    sized_prompt_tokens: int | None = None  # the prompt's size by the server's /tokenize, before sending
 
     @property
     def e2e_s(self) -> float:

