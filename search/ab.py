@@ -69,9 +69,10 @@ def subject_from(space: Space, config: Config, label: str, command: str | None =
         argv = shlex.split(command)
         if not argv:
             raise ValueError(f"{label}: empty command")
-        first = argv[0]
-        settings = replace(settings, command=tuple(argv),
-                           python=first if Path(first).name.startswith("python") else None)
+        # An interpreter running an engine module (python -m vllm...) is the engine environment to
+        # fingerprint; a python running a wrapper script is not.
+        engine_python = argv[0] if Path(argv[0]).name.startswith("python") and "-m" in argv[1:2] else None
+        settings = replace(settings, command=tuple(argv), python=engine_python)
     if image:
         if settings.launcher != "docker":
             raise ValueError(f"{label}: an image needs the docker launcher (the config uses {settings.launcher!r})")
@@ -167,7 +168,8 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
             return f"{key} ({subject.label}) {cause} in round {rnd + 1}: {line}"
         for wname, wm in measured.items():
             for metric, stat in wm.summary.items():
-                result.add(f"{wname}.{metric}", stat.median)
+                if metric != "errors":  # per run; the round's count of failed requests is below
+                    result.add(f"{wname}.{metric}", stat.median)
             result.add(f"{wname}.errors", float(wm.errors))
             result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
             result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
