@@ -23,6 +23,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from harness.launch import log_tail
+from harness.launch.registry import worker_dead, worker_tag
 from harness.quality import run_suite
 from harness.session import (
     LaunchFailed,
@@ -168,7 +169,24 @@ class StudyRunner:
             self.study.enqueue_trial(self.space.default_config(), user_attrs={"baseline": True},
                                      skip_if_exists=True)
 
+    def _fail_trials_of_dead_workers(self) -> None:
+        """A trial left RUNNING by a process of this host that is gone (SIGKILL, OOM killer) is failed
+        as interrupted now, so that it is re-run now, not after the heartbeat's grace period."""
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = t.user_attrs.get("worker")
+            if not worker or not worker_dead(worker):
+                continue
+            params = {"engine": next(iter(self.space.m.engines)), "model": self.space.m.models[0].name, **t.params}
+            record = TrialRecord(number=t.number, state="failed", params=params, engine=str(params["engine"]),
+                                 model=str(params["model"]),
+                                 failure=Failure("interrupted", f"the search process running it ({worker}) died"))
+            storage = self.study._storage  # the public Trial API only reaches trials of this process
+            storage.set_trial_user_attr(t._trial_id, RECORD_ATTR, _jsonable(record.summary()))
+            storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            self.study.tell(t.number, state=TrialState.FAIL)
+
     def _requeue_interrupted(self) -> None:
+        self._fail_trials_of_dead_workers()
         trials = self.study.get_trials(deepcopy=False)
         finished = {repr(sorted(t.params.items())) for t in trials if t.state == TrialState.COMPLETE}
         waiting = {repr(sorted(t.params.items())) for t in trials if t.state == TrialState.WAITING}
@@ -185,6 +203,7 @@ class StudyRunner:
         self.reporter.trial_started(trial.number, index, self.total, config)
         record = TrialRecord(number=trial.number, state="running", params=config.as_params(),
                              engine=config.engine, model=config.model)
+        trial.set_user_attr("worker", worker_tag())
         trial_dir = self.results_dir / "trials" / f"{trial.number:04d}"
         try:
             previous = self._identical_finished(config)
@@ -260,6 +279,7 @@ class StudyRunner:
             if fit is not None and fit.warning:
                 record.warnings.append(fit.warning)
             self._stop_active()
+            self.starts += 1  # every attempted start costs its startup time, failed or not
             try:
                 running = start_config(settings, model, flags, env, free_port(settings.host),
                                        trial_dir / "server.log", self.reporter.phase, self._fingerprints)
@@ -269,7 +289,6 @@ class StudyRunner:
                 record.state = "failed"
                 record.failure = Failure(exc.cause, exc.detail, exc.log_tail)
                 return
-            self.starts += 1
             record.ready_s = running.ready_s
             self.active = ActiveServer(key, running)
         record.command = running.command

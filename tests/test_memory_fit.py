@@ -70,5 +70,5 @@ def test_study_records_a_misfit_without_launching(tmp_path: Path) -> None:
     records = {t.number: t.user_attrs["flagsearch_record"] for t in runner.study.trials}
     assert records[0]["failure"]["cause"] == "bad_command"  # the default: launched, command missing
     assert records[1]["failure"]["cause"] == "wont_fit" and "rejected before launch" in records[1]["failure"]["detail"]
-    assert runner.starts == 0
+    assert runner.starts == 1  # only the default was attempted; the misfit never was
     assert all(t.state == optuna.trial.TrialState.PRUNED for t in runner.study.trials)
