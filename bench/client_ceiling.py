@@ -4,7 +4,8 @@ Starts a local OpenAI-compatible stand-in server (this file with --serve) that s
 chunks as fast as it can, one token per chunk, pinned to one core; the client (harness.client,
 the same code path as every measurement) runs pinned to the other core. Prints, per concurrency:
 streamed tokens/s the client handled on its one core, and the TTFT it adds (request sent ->
-first content token parsed, with a server that answers at once).
+first content token parsed, with a server that answers at once), measured by a probe that sends
+short requests one after another while the streams run.
 
     .venv/bin/python bench/client_ceiling.py [--tokens 2000] [--concurrency 1 4 16] [--repeats 3]
 """
@@ -50,8 +51,9 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
             writer.write(_event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
             for i in range(n - 1):
                 writer.write(TOKEN)
-                if i % 64 == 0:
+                if i % 16 == 0:
                     await writer.drain()
+                    await asyncio.sleep(0)  # let other connections (the probe) be served too
             writer.write(_event({"choices": [{"index": 0, "delta": {"content": " end"}, "finish_reason": "length"}]}))
             writer.write(_event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": n,
                                                           "total_tokens": n + 5}}))
@@ -73,23 +75,42 @@ def serve(port: int) -> None:
 
 # ---- the client side ---------------------------------------------------------------------------------
 async def run_client(base: str, tokens: int, concurrency: int, requests_per_stream: int) -> dict[str, float]:
+    """`concurrency` streams of `tokens` tokens each; meanwhile a probe sends short requests one at a
+    time, whose TTFT is what the client adds to a new request while it is busy with the others."""
     import httpx
 
     from harness.client import stream_chat
 
     payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens}
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency * 2)) as client:
+    probe_payload = {**payload, "max_tokens": 2}
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency * 2 + 2)) as client:
+        done = asyncio.Event()
+
         async def stream() -> list:
             return [await stream_chat(client, base, payload, "ceiling", 120.0) for _ in range(requests_per_stream)]
+
+        async def probe() -> list[float]:
+            out = []
+            await asyncio.sleep(0.05)
+            while not done.is_set() or not out:
+                r = await stream_chat(client, base, probe_payload, "probe", 30.0)
+                if r.ok and r.ttft_s is not None:
+                    out.append(r.ttft_s)
+                await asyncio.sleep(0.02)
+            return out
+
         t0 = time.monotonic()
+        probe_task = asyncio.create_task(probe())
         results = [r for rs in await asyncio.gather(*(stream() for _ in range(concurrency))) for r in rs]
         wall = time.monotonic() - t0
+        done.set()
+        probes = await probe_task
     bad = [r for r in results if not r.ok]
     if bad:
         raise SystemExit(f"client errors: {bad[0].error_kind}: {bad[0].error_body}")
     chunks = sum(r.content_chunks for r in results)
-    return {"tok_s": chunks / wall, "ttft_ms": 1000 * statistics.median(r.ttft_s for r in results),
-            "us_per_tok": 1e6 * wall / chunks}
+    return {"tok_s": chunks / wall if wall > 0 else 0.0, "us_per_tok": 1e6 * wall / chunks if chunks else 0.0,
+            "ttft_ms": 1000 * statistics.median(probes)}
 
 
 def main() -> None:
@@ -120,7 +141,7 @@ def main() -> None:
         asyncio.run(run_client(base, 200, 1, 1))  # warm up imports and the connection pool
         print(f"client ceiling: {args.tokens} tokens per request, one token per SSE chunk, client on core "
               f"{cores[0]}, server on core {cores[-1]}, median of {args.repeats} (min-max)")
-        print(f"{'streams':>8} {'tok/s handled':>22} {'us/token':>9} {'TTFT added (ms)':>22}")
+        print(f"{'streams':>8} {'tok/s handled':>22} {'us/token':>9} {'probe TTFT (ms)':>22}")
         for c in args.concurrency:
             runs = [asyncio.run(run_client(base, args.tokens, c, 2)) for _ in range(args.repeats)]
             tok = [r["tok_s"] for r in runs]
