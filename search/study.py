@@ -24,7 +24,10 @@ from optuna.trial import TrialState
 
 from harness.launch import log_tail
 from harness.launch.registry import worker_dead, worker_tag
-from harness.quality import run_suite
+from harness.quality import QualityResult, assess, quality_metrics
+from harness.quality import constraint_names as quality_constraint_names
+from harness.quality import constraint_values as quality_constraint_values
+from harness.reference import ReferenceAnswers, ReferenceStore, capture_reference, reference_config, reference_key
 from harness.session import (
     LaunchFailed,
     MeasureSettings,
@@ -132,6 +135,8 @@ class StudyRunner:
         self.starts = 0
         self.starts_saved = 0
         self.total = space.m.budget.trials
+        self._reference_answers: ReferenceAnswers | None = None
+        self._quality_result: QualityResult | None = None
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> None:
@@ -143,6 +148,10 @@ class StudyRunner:
             self.reporter.note(f"the study already has {self.total} finished trials")
             return
         try:
+            try:
+                self._reference()  # before any trial: it may need a server of its own
+            except LaunchFailed as exc:
+                raise ValueError(f"the reference config (quality.reference) did not start: {exc}") from None
             # optimize() (not bare ask/tell) so that RDB storages get heartbeats and stale trials of
             # dead workers are failed and retried (see open_study).
             self.study.optimize(self._objective, timeout=timeout_s, callbacks=[self._stop_at_budget],
@@ -258,9 +267,7 @@ class StudyRunner:
 
     # ---- one config ---------------------------------------------------------------------------
     def _measure_config(self, config: Config, record: TrialRecord, trial_dir: Path) -> None:
-        settings = self.space.engine_settings(config.engine)
-        model = self.space.model_choice(config.model)
-        flags, env, request = self.space.split(config)
+        _, _, request = self.space.split(config)
         key = self.space.launch_key(config)
 
         if self.active and self.active.key == key and self.active.running.alive():
@@ -278,11 +285,8 @@ class StudyRunner:
                 return
             if fit is not None and fit.warning:
                 record.warnings.append(fit.warning)
-            self._stop_active()
-            self.starts += 1  # every attempted start costs its startup time, failed or not
             try:
-                running = start_config(settings, model, flags, env, free_port(settings.host),
-                                       trial_dir / "server.log", self.reporter.phase, self._fingerprints)
+                running = self._server_for(config, trial_dir)
             except LaunchFailed as exc:
                 record.command = exc.command
                 record.log_path = str(trial_dir / "server.log")
@@ -290,7 +294,6 @@ class StudyRunner:
                 record.failure = Failure(exc.cause, exc.detail, exc.log_tail)
                 return
             record.ready_s = running.ready_s
-            self.active = ActiveServer(key, running)
         record.command = running.command
         record.log_path = str(running.server.log_path)
         record.startup = {"ready_s": running.ready_s, **asdict(running.startup)}
@@ -300,6 +303,7 @@ class StudyRunner:
 
     def _measure(self, record: TrialRecord, running: RunningConfig, request: dict[str, Any]) -> None:
         m = self.space.m
+        self._quality_result = None
         workloads = self.space.workload_specs(request)
         try:
             results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
@@ -319,11 +323,16 @@ class StudyRunner:
             record.metrics[f"{name}.errors"] = float(wm.errors)
             record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
             record.warnings.extend(f"{name}: {w}" for w in wm.warnings)
-        if running.alive() and m.quality.suite:
-            self.reporter.phase(f"checking quality ({m.quality.suite})")
-            q = asyncio.run(self._quality(running))
+        if running.alive() and (m.quality.suite or m.quality.reference):
+            self.reporter.phase(f"checking quality ({m.quality.suite or 'reference agreement'})")
+            q = asyncio.run(self._quality(running, self._reference()))
             record.quality = q.to_dict()
-            record.metrics["quality.score"] = q.score
+            record.metrics.update(quality_metrics(q))
+            self._quality_result = q
+            if q.fatal:  # garbage never wins: the trial fails outright, whatever its speed
+                record.state = "failed"
+                record.failure = Failure("degenerate_output", q.fatal)
+                return
         if not running.alive():
             cause, detail = running.crash_cause()
             record.state = "failed"
@@ -335,16 +344,53 @@ class StudyRunner:
         record.metrics["startup.ready_s"] = record.ready_s or 0.0
         self._score(record)
 
-    async def _quality(self, running: RunningConfig) -> Any:
+    async def _quality(self, running: RunningConfig, reference: ReferenceAnswers | None) -> QualityResult:
         m = self.space.m
-        return await run_suite(running.base_url, await model_id_of(running.base_url), m.quality.suite or "",
-                               m.measure.request_timeout_s)
+        return await assess(running.base_url, await model_id_of(running.base_url), running.engine.dialect,
+                            m.quality, reference, m.measure.request_timeout_s)
+
+    def _reference(self) -> ReferenceAnswers | None:
+        """Reference answers for agreement checks: captured once per study on the reference config
+        (the default config unless `quality.reference.params` says otherwise), then cached."""
+        spec = self.space.m.quality.reference
+        if spec is None:
+            return None
+        if self._reference_answers is not None:
+            return self._reference_answers
+        params = reference_config(self.space.default_config(), spec)
+        config = self.space.sample(optuna.trial.FixedTrial(params))
+        key = reference_key(config.model, params, spec)
+        store = ReferenceStore(self.results_dir)
+        answers = store.load(key)
+        if answers is None:
+            self.reporter.phase("capturing reference answers on the reference config (once per study)")
+            running = self._server_for(config, self.results_dir / "reference")
+            base_url = running.base_url
+            answers = asyncio.run(capture_reference(
+                base_url, asyncio.run(model_id_of(base_url)), running.engine.dialect, spec, config.model, params,
+                self.space.m.measure.request_timeout_s))
+            store.save(answers)
+        self._reference_answers = answers
+        return answers
+
+    def _server_for(self, config: Config, log_dir: Path) -> RunningConfig:
+        """A running server for `config`: the active one if it fits, else a new one (kept active)."""
+        key = self.space.launch_key(config)
+        if self.active and self.active.key == key and self.active.running.alive():
+            return self.active.running
+        self._stop_active()
+        flags, env, _ = self.space.split(config)
+        settings = self.space.engine_settings(config.engine)
+        self.starts += 1  # every attempted start costs its startup time, failed or not
+        running = start_config(settings, self.space.model_choice(config.model), flags, env,
+                               free_port(settings.host), log_dir / "server.log", self.reporter.phase,
+                               self._fingerprints)
+        self.active = ActiveServer(key, running)
+        return running
 
     def constraint_labels(self) -> list[str]:
         labels = [f"{metric} {op} {threshold:g}" for metric, op, threshold in self.space.constraint_exprs()]
-        if self.space.m.quality.suite:
-            labels.append(f"quality.score >= {self.space.m.quality.min_score:g}")
-        return labels
+        return labels + quality_constraint_names(self.space.m.quality)
 
     def _score(self, record: TrialRecord) -> None:
         m = self.space.m
@@ -361,8 +407,8 @@ class StudyRunner:
         for metric, op, threshold in self.space.constraint_exprs():
             value = record.metrics.get(metric)
             constraints.append(constraint_value(value, op, threshold) if value is not None else 1.0)
-        if m.quality.suite:
-            constraints.append(constraint_value(record.metrics.get("quality.score", 0.0), ">=", m.quality.min_score))
+        if m.quality.suite or m.quality.reference:
+            constraints += quality_constraint_values(self._quality_result, m.quality)
         record.constraint_values = constraints
         record.state = "complete"
 
