@@ -144,6 +144,26 @@ def first_match(patterns: list[tuple[str, re.Pattern[str]]], text: str) -> Failu
     return None
 
 
+async def count_tokens_via_usage(client: httpx.AsyncClient, base_url: str, model_id: str,
+                                 messages: list[dict[str, str]]) -> TokenCount:
+    """For servers without a chat-aware tokenizer endpoint: a 1-token chat request, whose `usage`
+    counts the templated prompt exactly as the measured requests will see it. The context limit
+    comes from /v1/models where the server tells it (vLLM/SGLang: max_model_len)."""
+    resp = await client.post(base_url + "/v1/chat/completions",
+                             json={"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0})
+    resp.raise_for_status()
+    count = int(resp.json()["usage"]["prompt_tokens"])
+    limit: int | None = None
+    try:
+        models = (await client.get(base_url + "/v1/models")).json().get("data") or []
+        found = next((m for m in models if m.get("id") == model_id), models[0] if models else {})
+        raw = found.get("max_model_len") or (found.get("meta") or {}).get("n_ctx")
+        limit = int(raw) if raw else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        limit = None
+    return TokenCount(count, limit)
+
+
 class Engine(ABC):
     dialect: ClassVar[str]
     ready_path: ClassVar[str] = "/health"

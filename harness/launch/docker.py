@@ -1,0 +1,208 @@
+"""Docker containers through the Docker SDK: one container per server, removed when it stops.
+
+Every container carries the label `flagsearch=1` (plus the trial, engine and port), runs with the
+host network, unprivileged (no-new-privileges) unless the spec asks, with `init` so that the
+engine gets SIGTERM forwarded and children reaped. Images are never pulled: a missing image is a
+startup failure naming the `docker pull` to run. The daemon is the one DOCKER_HOST names
+(scripts/dockerd.sh starts a private one).
+
+`argv[0] == "@entrypoint"` keeps the image's own entrypoint (e.g. vllm/vllm-openai's `vllm serve`)
+and passes the rest as its arguments; otherwise argv runs as given (entrypoint = argv[0]).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import socket
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from harness.launch import registry
+from harness.launch.base import StartupError
+from harness.launch.spec import LaunchSpec
+
+LABEL = "flagsearch"
+KEEP_ENTRYPOINT = "@entrypoint"
+
+
+def client_from_env() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise StartupError("docker_unavailable", f"no Docker engine answers at {where}: {exc} "
+                           "(start one with scripts/dockerd.sh start; then export DOCKER_HOST)", []) from None
+    return client
+
+
+def device_requests(gpus: str | None) -> list[DeviceRequest]:
+    """'all' -> every GPU; '0,1' -> those devices; None/'' -> no GPU (GPUs are opt-in)."""
+    if not gpus:
+        return []
+    if gpus.strip() == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=[d.strip() for d in gpus.split(",") if d.strip()], capabilities=[["gpu"]])]
+
+
+def container_config(spec: LaunchSpec, log_path: Path) -> dict[str, Any]:
+    """The keyword arguments of containers.create for a spec (kept separate so it reads as a table)."""
+    argv = list(spec.argv)
+    entry: dict[str, Any]
+    if argv and argv[0] == KEEP_ENTRYPOINT:
+        entry = {"command": argv[1:]}
+    else:
+        entry = {"entrypoint": argv[:1], "command": argv[1:]}
+    trial = log_path.parent.name
+    labels = {LABEL: "1", f"{LABEL}.trial": trial, f"{LABEL}.engine": spec.engine,
+              f"{LABEL}.port": str(spec.port), f"{LABEL}.owner_pid": str(os.getpid())}
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"flagsearch-{spec.engine}-{spec.port}-{uuid.uuid4().hex[:8]}")
+    return dict(
+        image=spec.image, name=name, labels=labels, environment=dict(spec.env),
+        volumes={v.host_path: {"bind": v.container_path, "mode": "ro" if v.read_only else "rw"}
+                 for v in spec.volumes},
+        network_mode="host", ipc_mode="host" if spec.ipc_host else None, shm_size=spec.shm_size,
+        device_requests=device_requests(spec.gpus) or None, privileged=spec.privileged,
+        security_opt=None if spec.privileged else ["no-new-privileges"], init=True, detach=True,
+        **entry,
+    )
+
+
+class DockerServer:
+    def __init__(self, spec: LaunchSpec, log_path: Path, container: Any):
+        self.spec = spec
+        self.log_path = log_path
+        self.container = container
+        self.container_id: str = container.id
+        self._state: dict[str, Any] = {}
+        self._removed = False
+        self._log_thread = threading.Thread(target=self._stream_logs, name=f"logs-{container.name}",
+                                            daemon=True)
+        self._log_thread.start()
+
+    def _stream_logs(self) -> None:
+        with self.log_path.open("ab") as log, contextlib.suppress(docker.errors.DockerException, OSError):
+            for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                log.write(chunk)
+                log.flush()
+
+    def _refresh(self) -> dict[str, Any]:
+        if not self._removed:
+            try:
+                self.container.reload()
+                self._state = dict(self.container.attrs.get("State") or {})
+            except docker.errors.NotFound:
+                self._state = {**self._state, "Status": "removed"}
+                if "ExitCode" not in self._state:
+                    self._state["ExitCode"] = -1
+        return self._state
+
+    def returncode(self) -> int | None:
+        state = self._refresh()
+        if state.get("Status") in ("exited", "dead", "removed"):
+            return int(state.get("ExitCode", -1))
+        return None
+
+    def exit_reason(self) -> str | None:
+        """Why the container stopped, as Docker tells it (OOM kill, SIGKILL, exit status); None if running."""
+        rc = self.returncode()
+        if rc is None:
+            return None
+        if self._state.get("OOMKilled"):
+            return f"OOMKilled (exit {rc})"
+        if self._state.get("Status") == "removed":
+            return "container removed"
+        if rc == 137:
+            return "killed (SIGKILL, exit 137)"
+        if rc == 143:
+            return "terminated (SIGTERM, exit 143)"
+        return f"exit {rc}" + (f": {self._state['Error']}" if self._state.get("Error") else "")
+
+    def owned_pids(self) -> list[int]:
+        """Host PIDs of the container's processes (Docker's `top` reports host PIDs)."""
+        if self.returncode() is not None:
+            return []
+        try:
+            top = self.container.top()
+        except docker.errors.APIError:
+            return []
+        titles = top.get("Titles") or []
+        column = titles.index("PID") if "PID" in titles else 1
+        return sorted(int(row[column]) for row in top.get("Processes") or [])
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM (forwarded by init), SIGKILL after the timeout, then remove the container."""
+        if not self._removed:
+            with contextlib.suppress(docker.errors.NotFound):
+                self._refresh()
+                if self._state.get("Status") == "running":
+                    self.container.stop(timeout=max(1, int(timeout_s)))
+                self._refresh()
+                self.container.remove(force=True)
+            self._removed = True
+        self._log_thread.join(timeout=5)
+        registry.forget(self)
+
+
+def _check_port(host: str, port: int) -> None:
+    bind_host = "0.0.0.0" if host in ("", "0.0.0.0") else host
+    with socket.socket(socket.AF_INET6 if ":" in bind_host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((bind_host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError("port_in_use", f"{bind_host}:{port} is already in use (host network)",
+                                   []) from None
+
+
+class DockerLauncher:
+    def __init__(self, client: docker.DockerClient | None = None):
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = client_from_env()
+        return self._client
+
+    def start(self, spec: LaunchSpec, log_path: Path) -> DockerServer:
+        if not spec.image:
+            raise StartupError("bad_spec", f"engine {spec.engine!r}: the docker launcher needs an `image`", [])
+        try:
+            self.client.images.get(spec.image)
+        except docker.errors.ImageNotFound:
+            raise StartupError("image_not_found", f"image {spec.image!r} is not present on this Docker engine; "
+                               f"flagsearch never pulls: run `docker pull {spec.image}` first", []) from None
+        _check_port(spec.host, spec.port)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            container = self.client.containers.create(**container_config(spec, log_path))
+        except docker.errors.APIError as exc:
+            raise StartupError("docker_error", f"cannot create the container: {exc.explanation or exc}", []) from None
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)  # a failed start leaves a Created container behind
+            text = str(exc.explanation or exc)
+            cause = "gpu_unavailable" if "device driver" in text or "gpu" in text.lower() else "docker_error"
+            raise StartupError(cause, f"cannot start the container: {text}", []) from None
+        server = DockerServer(spec, log_path, container)
+        registry.remember(server)
+        return server
+
+
+def leftover_containers(client: docker.DockerClient, **labels: str) -> list[Any]:
+    """Containers (running or not) that carry our label and the given extra labels."""
+    filters = [f"{LABEL}=1", *(f"{LABEL}.{k}={v}" for k, v in labels.items())]
+    return list(client.containers.list(all=True, filters={"label": filters}))
