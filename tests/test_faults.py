@@ -8,11 +8,13 @@ log lines), the caller can go on, and no process we started is left running (che
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from harness.launch.process import ProcessServer
 from search.study import free_port
 
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")
+ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = {"model": "fault-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
 
@@ -360,3 +363,69 @@ def test_vllm_max_model_len_too_large(tmp_path: Path) -> None:
     assert cause == "max_model_len", line
     record_outcome("context too long (vLLM)", "--max-model-len 100000 (model: 8192)", "vLLM-CPU",
                    "exited -> max_model_len", f"failed in {took:.0f} s", leaked)
+
+
+# ---- the tool itself dies: nothing of ours may outlive it ---------------------------------------------
+_STARTER = """
+import sys, time
+from pathlib import Path
+from harness.launch import LaunchSpec, get_launcher, wait_ready
+spec = LaunchSpec(engine="llamacpp", argv=tuple(sys.argv[2:]), host="127.0.0.1", port=int(sys.argv[1]))
+server = get_launcher("process").start(spec, Path(sys.argv[1] + ".log"))
+wait_ready(server, "/health", 60)
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.e2e
+def test_tool_sigkilled_its_server_is_stopped_by_the_watchdog(tmp_path: Path) -> None:
+    port = free_port()
+    spec = llama_spec(port)
+    tool = subprocess.Popen([sys.executable, "-c", _STARTER, str(port), *spec.argv], cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert tool.stdout is not None
+        server_pid = int(tool.stdout.readline())
+        requests = threading.Thread(target=chat, args=(spec.base_url, 30.0, llama_payload(400)), daemon=True)
+        requests.start()  # a request in flight: llama-server's graceful shutdown then hangs
+        time.sleep(1.0)
+        tool.kill()
+        tool.wait(10)
+        start = time.monotonic()
+        while psutil.pid_exists(server_pid) and time.monotonic() - start < 15:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            time.sleep(0.1)
+        took = time.monotonic() - start
+        alive = psutil.pid_exists(server_pid) and psutil.Process(server_pid).status() != psutil.STATUS_ZOMBIE
+    finally:
+        tool.kill()
+    if alive:
+        os.kill(server_pid, signal.SIGKILL)
+    assert not alive, "the server outlived the SIGKILLed tool by 15 s"
+    assert not [p for p, owner, _ in registry.tagged_processes() if owner.startswith(f"{tool.pid}:")]
+    record_outcome("tool SIGKILLed (launcher)", "kill -9 the process that started the server, request in "
+                   "flight", "llama-server", "owner gone", f"watchdog stopped the server in {took:.1f} s", "0")
+
+
+def test_orphans_of_a_dead_tool_are_reaped() -> None:
+    """A server whose owner is gone (tag in its environment, owner PID dead) is stopped on the next start."""
+    dead_owner = f"{2**22 - 1}:1.000"
+    orphan = subprocess.Popen(["sleep", "120"], start_new_session=True,
+                              env={**os.environ, registry.OWNER_ENV: dead_owner, registry.SERVER_ENV: "orphan"})
+    mine = subprocess.Popen(["sleep", "120"], start_new_session=True,
+                            env={**os.environ, registry.OWNER_ENV: registry.owner_tag(), registry.SERVER_ENV: "mine"})
+    try:
+        reaped = registry.reap_orphans(grace_s=2.0)
+        assert orphan.pid in reaped
+        assert orphan.wait(5) is not None
+        assert mine.poll() is None, "a server whose owner is alive must not be touched"
+        assert mine.pid not in reaped
+    finally:
+        for proc in (orphan, mine):
+            proc.kill()
+            proc.wait()
+    record_outcome("orphan of a dead tool", "a tagged process whose owner PID is gone", "sleep",
+                   "reaped on next start", "live owners' servers untouched", "0")

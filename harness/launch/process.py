@@ -7,7 +7,11 @@ Only what we started is ever signalled, never a name pattern. A server is ours i
   server) in its environment, which its children inherit, so that descendants that left the
   group and were re-parented are still found (and so that `registry.reap_orphans` can stop the
   servers of a search that was killed with SIGKILL, the next time the tool starts).
-The direct child also gets a parent-death signal, so a SIGKILLed search does not leave it serving.
+If the tool itself dies (SIGKILL, the OOM killer), a watchdog started beside each server stops it:
+the watchdog blocks on a pipe from us, wakes at end-of-file (which the kernel delivers when we die)
+and stops every process carrying the server's tag: SIGTERM, then SIGKILL after a grace period.
+The direct child also gets a parent-death SIGTERM; an engine may hang in its graceful shutdown
+(llama-server did, with a request in flight), which is why the watchdog escalates.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -31,6 +36,40 @@ from harness.launch.base import StartupError
 from harness.launch.spec import LaunchSpec, scrub_text, secret_values
 
 _PR_SET_PDEATHSIG = 1
+WATCHDOG_GRACE_S = 5.0
+# Runs in its own interpreter and session (Ctrl-C at the terminal must not reach it). Standard
+# library only, /proc only: it must work whatever state the tool was in when it died.
+_WATCHDOG = r"""
+import os, signal, sys, time
+tag, grace = ("FLAGSEARCH_SERVER=" + sys.argv[1]).encode(), float(sys.argv[2])
+sys.stdin.buffer.read()
+def members():
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open("/proc/" + name + "/environ", "rb") as fh:
+                    if tag in fh.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+def send(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+left = members()
+if left:
+    send(left, signal.SIGTERM)
+    send(left, signal.SIGCONT)
+    deadline = time.monotonic() + grace
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = members()
+    send(left, signal.SIGKILL)
+"""
 _LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child between fork and exec only calls
 
 
@@ -40,11 +79,13 @@ def _set_parent_death_signal() -> None:
 
 
 class ProcessServer:
-    def __init__(self, spec: LaunchSpec, log_path: Path, proc: subprocess.Popen[bytes], server_id: str):
+    def __init__(self, spec: LaunchSpec, log_path: Path, proc: subprocess.Popen[bytes], server_id: str,
+                 watchdog: subprocess.Popen[bytes] | None = None):
         self.spec = spec
         self.log_path = log_path
         self.server_id = server_id
         self._proc = proc
+        self._watchdog = watchdog
         self._pgid = proc.pid  # start_new_session makes the child the leader of a new group
         self._known: set[int] = {proc.pid}
         self._stopped = False
@@ -115,7 +156,22 @@ class ProcessServer:
         if not self._stopped:
             self._stopped = True
             scrub_log(self.log_path, secret_values(self.spec.env))
+        self._release_watchdog()
         registry.forget(self)
+
+    def _release_watchdog(self) -> None:
+        """Close its pipe: with the server gone it finds nothing to stop and exits."""
+        if self._watchdog is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._watchdog.stdin:
+                self._watchdog.stdin.close()
+        try:
+            self._watchdog.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._watchdog.kill()
+            self._watchdog.wait()
+        self._watchdog = None
 
 
 def _alive(pid: int) -> bool:
@@ -182,6 +238,14 @@ class ProcessLauncher:
             except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
                 raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc.strerror or exc}",
                                    []) from None
-        server = ProcessServer(spec, log_path, proc, server_id)
+        server = ProcessServer(spec, log_path, proc, server_id, start_watchdog(server_id))
         registry.remember(server)
         return server
+
+
+def start_watchdog(server_id: str) -> subprocess.Popen[bytes]:
+    """A process that stops the server tagged `server_id` when our end of its stdin pipe closes."""
+    env = {k: v for k, v in os.environ.items() if k not in (registry.OWNER_ENV, registry.SERVER_ENV)}
+    return subprocess.Popen(  # an argv list: never a shell
+        [sys.executable, "-I", "-c", _WATCHDOG, server_id, str(WATCHDOG_GRACE_S)], stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)

@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -172,3 +173,17 @@ def _live(proc: psutil.Process) -> bool:
 
 
 atexit.register(stop_all)
+
+
+# ---- workers of a study ---------------------------------------------------------------------------
+def worker_tag() -> str:
+    """Who runs a trial: "<host>/<pid>:<start time>", stored with the trial so that a later run can
+    tell a trial of a dead process (SIGKILL, OOM killer, power loss) from one still running."""
+    return f"{socket.gethostname()}/{owner_tag()}"
+
+
+def worker_dead(tag: str) -> bool:
+    """True only when the worker ran on this host and its process is gone; a worker on another
+    host is never declared dead here (the storage's heartbeat covers those)."""
+    host, sep, owner = tag.partition("/")
+    return bool(sep) and host == socket.gethostname() and not owner_alive(owner)
