@@ -27,9 +27,12 @@ _SPEC_KEYS = ("speculative_method", "num_speculative_tokens", "prompt_lookup_max
 
 _FAILURES: list[tuple[str, re.Pattern[str]]] = [
     ("bad_flag", re.compile(r"unrecognized arguments|error: argument|invalid choice", re.I)),
-    ("max_model_len", re.compile(r"greater than the derived max_model_len|max_model_len.*(exceeds|larger than)|"
-                                 r"max seq len .* is larger than the maximum number of tokens that can be stored",
+    ("max_model_len", re.compile(r"greater than the derived max_model_len|max_model_len.*(exceeds|larger than)",
                                  re.I)),
+    # KV cache too small for max-model-len: the model could take it, the memory left for KV cannot.
+    ("kv_too_small", re.compile(r"KV cache is needed, which is larger than the available KV cache memory|"
+                                r"max seq len .* is larger than the maximum number of tokens that can be stored",
+                                re.I)),
     ("oom", re.compile(r"out of memory|OutOfMemoryError|less than requested memory for kv|"
                        r"No available memory for the cache blocks|Cannot allocate memory|insufficient memory",
                        re.I)),
@@ -47,6 +50,8 @@ _PHASES: list[tuple[str, re.Pattern[str]]] = [
     ("torch_compile", re.compile(r"torch\.compile takes " + _NUM + r" s in total")),
     ("graph_capture", re.compile(r"Graph capturing finished in " + _NUM + r" sec")),
     ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s")),
+    ("model_init", re.compile(r"Initializing model took " + _NUM + r" s")),
+    ("profile_warmup", re.compile(r"Initial profiling/warmup run took " + _NUM + r" s")),
 ]
 
 
@@ -100,22 +105,28 @@ class VllmEngine(Engine):
         if conc:
             info.max_concurrency = _num(conc.group(2))
             info.facts["max_concurrency_request_tokens"] = conc.group(1)
-        version = re.search(r"vLLM API server version ([\w.+\-]+)", log_text)
+        version = (re.search(r"vLLM API server version ([\w.+\-]+)", log_text)
+                   or re.search(r"Initializing a V\d LLM engine \(v([\w.+\-]+)\)", log_text))
         if version:
             info.version = version.group(1)
         moe = re.search(r"Using '?(\w+)'? (\w+ )?MoE backend out of potential backends: (\[.*?\])", log_text)
         if moe:
             info.backends["moe"] = moe.group(1)
             info.facts["moe_candidates"] = moe.group(3)
-        attn = re.search(r"Using (\w+) (?:attention )?backend", log_text)
+        attn = re.search(r"Using (\w+) attention backend|Using (?:AttentionBackendEnum\.)?(\w+) backend\.", log_text)
         if attn:
-            info.backends["attention"] = attn.group(1)
+            info.backends["attention"] = attn.group(1) or attn.group(2)
         for key, pattern in (("mamba_cache_mode", r"Mamba cache mode is set to '(\w+)'"),
                              ("auto_prefetch", r"(Auto-prefetch is disabled)"),
-                             ("gdn_backend", r"(FLA|fla|Triton) (?:kernel|fallback) for (?:GDN|gated delta)")):
+                             ("gdn_backend", r"Using ([\w/]+) (?:fallback )?kernel for GDN"),
+                             ("kv_cache_layout", r"Using (\w+) KV cache layout"),
+                             ("available_kv_cache", r"Available KV cache memory: ([\d.]+ GiB)"),
+                             ("graph_capture_memory", r"Graph capturing finished in \d+ secs, took ([\d.]+ GiB)")):
             match = re.search(pattern, log_text)
             if match:
                 info.facts[key] = match.group(1)
+        if "gdn_backend" in info.facts:
+            info.backends["gdn"] = info.facts["gdn_backend"]
         return info
 
     def classify_failure(self, log_text: str) -> FailureCause | None:
