@@ -39,7 +39,7 @@ from search.gate import (
     judge_claim,
     parse_claim,
 )
-from search.results import write_json_atomic
+from search.results import ResultsError, write_json_atomic
 from search.space import Config, Space
 
 err = Console(stderr=True, highlight=False)
@@ -142,6 +142,45 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
     return 0
 
 
+# Host fields a baseline must share with this machine to be re-measured here (engine fields may differ:
+# that is what a regression check is about).
+HOST_MATCH = ("cpu_model", "cpu_count", "gpu_name", "gpu_compute_capability", "gpu_count")
+
+
+def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path], list[str]]:
+    """Baselines recorded on hardware like this host's, and why each other one was left out."""
+    keep, skipped = [], []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            baseline = load_baseline(path)
+        except (ResultsError, ValueError) as exc:
+            skipped.append(f"{path}: unreadable: {exc}")
+            continue
+        diff = [f"{k}: {baseline.fingerprint.get(k)!r} != {host.get(k)!r}" for k in HOST_MATCH
+                if baseline.fingerprint.get(k) != host.get(k)]
+        if diff:
+            skipped.append(f"{path}: other hardware ({'; '.join(diff)})")
+        else:
+            keep.append(path)
+    return keep, skipped
+
+
+def cmd_baseline_list(args: argparse.Namespace) -> int:
+    from harness.fingerprint import host_fingerprint
+
+    directory = Path(args.dir)
+    if not args.matching:
+        for path in sorted(directory.glob("*.json")):
+            print(path)
+        return 0
+    keep, skipped = matching_baselines(directory, host_fingerprint())
+    for line in skipped:
+        err.print(f"[dim]skip[/] {line}")
+    for path in keep:
+        print(path)
+    return 0
+
+
 # ---- regress ------------------------------------------------------------------------------------
 
 def cmd_regress(args: argparse.Namespace) -> int:
@@ -204,8 +243,6 @@ def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dic
 def cmd_ab(args: argparse.Namespace) -> int:
     src_a = resolve_source(args.a, parse_assignments(args.a_set, "--a-set"))
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
-    if (src_a.config.engine, src_a.config.model) != (src_b.config.engine, src_b.config.model) and not args.b:
-        raise ValueError("A and B differ in engine or model")
     side = {}
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
@@ -280,6 +317,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     save.add_argument("--force", action="store_true", help="replace an existing baseline file")
     save.add_argument("--quiet", action="store_true")
     save.set_defaults(func=cmd_baseline_save)
+
+    lst = base_sub.add_parser("list", help="list baseline files (with --matching: those recorded on hardware "
+                                            "like this host's)")
+    lst.add_argument("--dir", default="baselines")
+    lst.add_argument("--matching", action="store_true", help="only baselines whose host fingerprint matches "
+                                                             f"here ({', '.join(HOST_MATCH)})")
+    lst.set_defaults(func=cmd_baseline_list)
 
     reg = sub.add_parser("regress", help="re-measure a baseline's config on a candidate engine build, "
                                          "interleaved, and gate (exit 0 pass, 1 regression, 2 inconclusive/error)")
