@@ -173,7 +173,7 @@ async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_
 
     async def send(req: PreparedRequest) -> RequestResult:
         result = await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
-        result.sized_prompt_tokens = req.prompt_tokens
+        result.sized_prompt_tokens = req.prompt_tokens if req.prompt_tokens >= 0 else None
         return result
 
     start = time.monotonic()

@@ -36,6 +36,7 @@ _WORDS = ("system", "memory", "kernel", "cache", "token", "layer", "expert", "ro
 # Appended one at a time to land on the exact target once whole words would overshoot.
 _PADS = (" .", " ,", " a", " -")
 
+TOO_LONG = 2**31  # the count of a prompt the server refused to count (over its limit)
 Messages = list[dict[str, str]]
 Counter = Callable[[Messages], Awaitable[TokenCount]]
 
@@ -207,23 +208,39 @@ class Sizer:
         self.engine, self.client, self.base_url, self.model_id = engine, client, base_url, model_id
         self.context_limit: int | None = None
         self.calls = 0
+        self.refusals: list[str] = []  # the server's answers when it refused to count a prompt
         self._sized: dict[tuple[str, str, int, int], tuple[Messages, int]] = {}
 
     async def count(self, msgs: Messages) -> TokenCount:
         self.calls += 1
-        tc = await self.engine.count_tokens(self.client, self.base_url, self.model_id, msgs)
+        try:
+            tc = await self.engine.count_tokens(self.client, self.base_url, self.model_id, msgs)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code not in (400, 413):
+                raise
+            # Engines that count by sending the prompt get a 400 for one over the limit: "too long".
+            self.refusals.append(exc.response.text[:300])
+            return TokenCount(TOO_LONG, self.context_limit)
         if tc.context_limit:
             self.context_limit = tc.context_limit
         return tc
 
-    async def build(self, nonce: str, prompt: str, target: int, seed: int) -> tuple[Messages, int]:
+    async def build(self, nonce: str, prompt: str, target: int, seed: int,
+                    sizing_nonce: str | None = None) -> tuple[Messages, int]:
+        """Messages of `target` tokens. With `sizing_nonce` (engines that count by sending a request,
+        which would warm the prefix cache with the very prompt about to be measured), the prompt is
+        sized under that nonce and sent under `nonce`, of the same width: usage verifies it after."""
         key = (nonce, prompt, target, seed)
         if key not in self._sized:
+            probe = sizing_nonce or nonce
             if target:
-                self._sized[key] = await sized_messages(self.count, nonce, prompt, target, seed)
+                msgs, n = await sized_messages(self.count, probe, prompt, target, seed)
             else:
-                msgs = messages(nonce, "", prompt)
-                self._sized[key] = (msgs, (await self.count(msgs)).count)
+                msgs = messages(probe, "", prompt)
+                n = (await self.count(msgs)).count
+            if probe != nonce:
+                msgs = [{**m, "content": m["content"].replace(probe, nonce, 1)} for m in msgs]
+            self._sized[key] = (msgs, n)
         return self._sized[key]
 
 
@@ -250,22 +267,27 @@ async def prepare(spec: WorkloadSpec, engine: Engine, client: httpx.AsyncClient,
         target = spec.context_tokens(item)
         stream: list[PreparedRequest] = []
         for r in range(spec.requests_per_stream):
-            if spec.warm:
-                nonce, seed = "Request 0.", spec.seed * 1_000_003
-            else:
-                nonce = f"Request {spec.seed}.{repeat}.{s}.{r}."
-                seed = hash((spec.seed, repeat, s, r)) & 0xFFFFFFFF  # ints hash deterministically
-            msgs, n = await sizer.build(nonce, item.prompt, target, seed)
-            if target and n != target:
-                warnings.append(f"{item_name}: sized to {n} tokens, target {target}")
+            # Fixed-width digits, so that a sizing nonce of the same width counts the same tokens.
+            ids = (spec.seed, 0, 0, 0) if spec.warm else (spec.seed, repeat + 2, s, r)
+            nonce = "Request " + "-".join(f"{i % 10_000:04d}" for i in ids) + "."
+            seed = hash(ids) & 0xFFFFFFFF  # tuples of ints hash the same in every process
+            sizing = "Request 9999-9999-9999-9999." if getattr(engine, "counts_by_request", False) else None
+            msgs, n = await sizer.build(nonce, item.prompt, target, seed, sizing)
             limit = sizer.context_limit
-            fits = not (limit and n + 1 > limit)
-            if not fits:
+            refused = n >= TOO_LONG
+            fits = not refused and not (limit and n + 1 > limit)
+            if refused:
+                n = -1  # unknown: the server would not count it
+                warnings.append(f"{item_name}: the server refused to count the prompt (over its limit?): "
+                                f"{sizer.refusals[-1] if sizer.refusals else ''}")
+            elif not fits:
                 warnings.append(f"{item_name}: prompt of {n} tokens does not fit the context limit {limit}; "
                                 "sent anyway so that the server's answer is counted")
             elif limit and n + max_tokens > limit:
                 warnings.append(f"{item_name}: {n} prompt + {max_tokens} output tokens exceed {limit}; "
                                 "the server may cut the output")
+            if not refused and target and n != target:
+                warnings.append(f"{item_name}: sized to {n} tokens, target {target}")
             payload = {"model": model_id, "messages": msgs, "max_tokens": max_tokens, "temperature": 0.0,
                        **extra}
             stream.append(PreparedRequest(item_name, payload, n, max_tokens, target, fits))

@@ -101,3 +101,57 @@ def test_sizing_below_the_bare_prompt_returns_the_bare_prompt() -> None:
     count = _tokenizer(frozenset())
     msgs, n = asyncio.run(sized_messages(count, "Request 1.", "Summarize the text.", 5, 0))  # type: ignore[arg-type]
     assert n > 5 and "\n\n" not in msgs[0]["content"]
+
+
+class _CountingEngine:
+    """Counts like an engine without a tokenizer endpoint (by sending the prompt): records every
+    prompt it was shown, and refuses (HTTP 400) prompts over `limit`."""
+
+    counts_by_request = True
+
+    def __init__(self, limit: int = 10_000):
+        self.limit = limit
+        self.seen: list[str] = []
+
+    async def count_tokens(self, client: object, base_url: str, model_id: str,
+                           msgs: list[dict[str, str]]) -> TokenCount:
+        import httpx
+
+        self.seen.append(msgs[0]["content"])
+        n = 20 + len(msgs[0]["content"].split())
+        if n > self.limit:
+            request = httpx.Request("POST", "http://x/v1/chat/completions")
+            raise httpx.HTTPStatusError("400", request=request,
+                                        response=httpx.Response(400, text="maximum context length", request=request))
+        return TokenCount(n, self.limit)
+
+
+def test_engines_counting_by_request_never_see_the_measured_prompt_before_it_is_sent() -> None:
+    from harness.workloads import prepare
+
+    engine = _CountingEngine()
+    spec = WorkloadSpec("w", ("doc", "doc"), items=(Item("doc", "Summarize.", 4, context_tokens=300),))
+    prepared = asyncio.run(prepare(spec, engine, None, "http://x", "m", 0, {}))  # type: ignore[arg-type]
+    sent = [r.payload["messages"][0]["content"] for r in prepared.requests]
+    assert all(r.prompt_tokens == 300 for r in prepared.requests)
+    assert len(set(sent)) == 2  # cold: every request its own prompt
+    assert not set(sent) & set(engine.seen)  # sizing warmed no cache entry of a measured prompt
+    assert all(s.startswith("Request ") for s in sent) and all(s.startswith("Request 9999") for s in engine.seen)
+
+
+def test_a_prompt_the_server_refuses_to_count_is_reported_not_fatal() -> None:
+    from harness.workloads import prepare
+
+    engine = _CountingEngine(limit=200)
+    spec = WorkloadSpec("w", ("doc",), items=(Item("doc", "Summarize.", 4, context_tokens=500),))
+    prepared = asyncio.run(prepare(spec, engine, None, "http://x", "m", 0, {}))  # type: ignore[arg-type]
+    req = prepared.requests[0]
+    # Refusals read as "too long": the largest prompt the server would count is built, and flagged.
+    assert not req.fits and req.prompt_tokens == 200 and prepared.not_fitting == [req]
+    assert "doc: sized to 200 tokens, target 500" in prepared.warnings
+    assert any("does not fit the context limit 200" in w for w in prepared.warnings)
+    # Even the bare prompt refused: reported with the server's answer, size unknown (-1), still sent.
+    engine = _CountingEngine(limit=5)
+    prepared = asyncio.run(prepare(spec, engine, None, "http://x", "m", 0, {}))  # type: ignore[arg-type]
+    assert prepared.requests[0].prompt_tokens == -1 and not prepared.requests[0].fits
+    assert any("refused to count" in w and "maximum context length" in w for w in prepared.warnings)
