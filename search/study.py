@@ -390,7 +390,9 @@ class StudyRunner:
 
     def constraint_labels(self) -> list[str]:
         labels = [f"{metric} {op} {threshold:g}" for metric, op, threshold in self.space.constraint_exprs()]
-        return labels + quality_constraint_names(self.space.m.quality)
+        quality = self.space.m.quality
+        # Same condition as _score: without a suite or reference no quality values are appended.
+        return labels + (quality_constraint_names(quality) if quality.suite or quality.reference else [])
 
     def _score(self, record: TrialRecord) -> None:
         m = self.space.m
