@@ -104,6 +104,7 @@ class CheckResult:
     category: str = "exact"
     finish_reason: str | None = None
     degenerate: str | None = None  # why the answer is garbage (fails the trial outright)
+    truncated: bool = False  # cut at max_tokens
 
 
 @dataclass
@@ -124,6 +125,9 @@ class QualityResult:
         bad = [f"{c.name}: {c.degenerate}" for c in self.checks if c.degenerate]
         if bad:
             return "degenerate output: " + "; ".join(bad[:3])
+        cut = sum(c.truncated for c in self.checks)
+        if self.checks and cut / len(self.checks) >= TRUNCATED_FATAL:
+            return f"degenerate output: {cut} of {len(self.checks)} answers hit max_tokens (the model does not stop)"
         if self.error:
             return self.error
         return None
@@ -152,9 +156,14 @@ def suites() -> dict[str, tuple[Check, ...]]:
 
 # ---- degeneration ------------------------------------------------------------------------------
 
-def degeneration(answer: str, finish_reason: str | None = None, allow_truncation: bool = False) -> str | None:
+TRUNCATED_FATAL = 0.5  # this fraction of answers cut at max_tokens: the model does not stop
+
+
+def degeneration(answer: str) -> str | None:
     """Why an answer is garbage rather than merely wrong, or None. Deliberately coarse: a tiny model
-    answering wrongly passes this; a broken one looping, emitting bytes or nothing does not."""
+    answering wrongly passes this; a broken one looping, emitting bytes or nothing does not.
+    Truncation is judged over the whole suite (QualityResult.fatal): one verbose answer cut at
+    max_tokens fails its check, most answers cut means the model no longer stops."""
     text = answer.strip()
     if not text:
         return "empty answer"
@@ -168,8 +177,6 @@ def degeneration(answer: str, finish_reason: str | None = None, allow_truncation
     words = text.split()
     if len(words) >= 24 and len(set(words)) / len(words) < 0.2:
         return f"distinct-token collapse ({len(set(words))} distinct of {len(words)} words)"
-    if finish_reason == "length" and not allow_truncation:
-        return "truncated (hit max_tokens)"
     return None
 
 
@@ -347,10 +354,14 @@ async def run_checks(base_url: str, model_id: str, checks: tuple[Check, ...], ti
                 continue
             result = await judge_async(check, answer, code_timeout_s)
             result.finish_reason = finish
-            result.degenerate = degeneration(answer, finish, check.allow_truncation)
+            result.truncated = finish == "length"
+            result.degenerate = degeneration(answer)
             if result.degenerate:
                 result.passed = False
                 result.reason = f"degenerate: {result.degenerate}"
+            elif result.truncated and not check.allow_truncation and result.passed:
+                result.passed = False
+                result.reason = "truncated at max_tokens (the answer did not finish)"
             results.append(result)
     return results
 

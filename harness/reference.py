@@ -314,18 +314,20 @@ async def _forced_positions_resume(client: httpx.AsyncClient, base_url: str, mod
     requests = 0
     pos = start
     n = len(item.token_ids)
+    chunk = RESUME_CHUNK
     while pos < n:
         gen, _ = await generate(client, base_url, model_id, item.prompt_ids + item.token_ids[:pos],
-                                min(RESUME_CHUNK, n - pos), top_k, timeout_s)
+                                min(chunk, n - pos), top_k, timeout_s)
         requests += 1
+        used = len(gen)
         for j, p in enumerate(gen):
-            i = pos + j
-            out[i] = p
-            if p.token != item.token_ids[i]:
-                pos = i + 1
+            out[pos + j] = p
+            if p.token != item.token_ids[pos + j]:
+                used = j + 1
                 break
-        else:
-            pos += len(gen)
+        pos += used
+        # A config that diverges at once wastes the rest of each chunk: shrink it; grow it back on matches.
+        chunk = min(RESUME_CHUNK, max(1, 2 * used))
     return out, requests
 
 
