@@ -59,7 +59,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     The old file (if any) stays intact when writing fails; the error names the file and why."""
     try:
         text = json.dumps(scrub(data), indent=1, default=str)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ResultsError(f"{path}: cannot encode the results as JSON: {exc}") from None
     tmp: str | None = None
     try:
@@ -97,6 +97,8 @@ def read_json(path: Path) -> Any:
         raise ResultsError(f"{path}: no such file") from None
     except OSError as exc:
         raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: corrupted (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     if not text.strip():
         raise ResultsError(f"{path}: empty file (partial write?)")
     try:
