@@ -111,3 +111,51 @@ def test_expected_features() -> None:
     features = {f.feature for f in VllmEngine().expected_features(
         {"speculative_method": "mtp", "num_speculative_tokens": 2, "enable_prefix_caching": True})}
     assert features == {"speculative_decoding", "prefix_caching"}
+
+
+# ---- the seeds' space -----------------------------------------------------------------------------
+
+QWEN = Path(__file__).parent.parent / "spaces" / "qwen122b.yaml"
+
+
+def test_qwen122b_space_loads_and_dry_runs_from_the_cli() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "search.cli", "run", str(QWEN), "--dry-run", "8"],
+                         capture_output=True, text=True, timeout=120, cwd=QWEN.parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    headers = [ln for ln in lines if ln.startswith("# trial")]
+    commands = [ln for ln in lines if not ln.startswith("#")]
+    assert len(headers) == 8 and len(commands) == 8
+    assert "(default): vllm / sehyo-nvfp4" in headers[0]
+    for command in commands:
+        assert "--port 8000" in command
+        if command.startswith("docker run"):
+            assert "--network host" in command and "--gpus all" in command and "--ipc host" in command
+            assert ":/models:ro" in command or "/models:ro" in command
+            assert " vllm serve --model " in command and "--served-model-name qwen122b" in command
+
+
+def test_qwen122b_mtp_only_where_the_checkpoint_has_mtp_weights() -> None:
+    from search.dryrun import dry_run
+    from search.space import load_space
+
+    space = load_space(QWEN)
+    has_mtp = {m.name: m.has_mtp for m in space.m.models}
+    lines = dry_run(space, 60)
+    seen_mtp = 0
+    for header, command in zip(lines[::2], lines[1::2], strict=True):
+        engine, model = header.split(": ", 1)[1].split(" / ")
+        model = model.split(";")[0].strip()
+        if "--speculative-config" in command:
+            seen_mtp += 1
+            assert has_mtp[model], f"MTP asked for {model}, which ships no MTP weights"
+            tokens = json.loads(command.split("--speculative-config ")[1].split("'")[1])["num_speculative_tokens"]
+            assert 1 <= tokens <= 3
+        if engine == "atlas":
+            assert not command.startswith("docker") and "--max-batch-size" in command
+        else:
+            assert "--max-prefill-tokens" not in command
+    assert seen_mtp > 0  # the sampler does reach MTP configs
