@@ -3,6 +3,7 @@
 # carrying .gpu/llama-src.tgz and .whl/): installs the carried wheels, builds llama-server with
 # CUDA, writes a random 1.1B f16 GGUF meanwhile, measures copy bandwidth, runs a real
 # `search run` over bench/gpu/llamacpp-h100.yaml in the time left, and writes the table to $OUT.
+# MODE=interleave: instead, re-measures a few configs interleaved (bench/gpu/interleave.py).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 FSGPU="${FSGPU:-/tmp/fsgpu}"
 OUT="${OUT:-/tmp/fsgpu-out}"
@@ -25,6 +26,11 @@ bash bench/gpu/build_llama_cuda.sh .gpu/llama-src.tgz "$FSGPU" || exit 1
 [ -f "$MODEL" ] || { echo "no model"; exit 1; }
 echo "setup done at $(( $(date +%s) - T0 )) s"
 python3 bench/gpu/summarize.py bandwidth > "$FSGPU/bandwidth.json"; cat "$FSGPU/bandwidth.json"
+if [ "${MODE:-search}" = interleave ]; then
+  timeout $(( BUDGET_S - ($(date +%s) - T0) )) python3 bench/gpu/interleave.py --rounds "${ROUNDS:-3}" \
+    --out "$OUT/interleave.md" 2>&1 | tail -30
+  echo "total $(( $(date +%s) - T0 )) s"; exit 0
+fi
 LEFT=$(( BUDGET_S - ($(date +%s) - T0) - 45 ))
 echo "search: $LEFT s left"
 if [ "$LEFT" -gt 60 ]; then
