@@ -154,3 +154,43 @@ def test_gpu_request_on_a_daemon_without_gpus_fails_cleanly(client: docker.Docke
         DockerLauncher(client).start(spec, tmp_path / "0005" / "server.log")
     assert info.value.cause == "gpu_unavailable"
     assert leftover_containers(client, trial="0005") == []  # the Created container was removed
+
+
+def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient, tmp_path: Path) -> None:
+    """The study's whole path with `launcher: docker`: start, ready, measure, store, stop."""
+    from search.space import parse_space
+    from search.study import StudyRunner, default_storage
+    from search.summary import load_view
+
+    model_dir = setup_paths.smollm2_gguf().parent
+    space = parse_space({
+        "name": "docker-llamacpp",
+        "engines": {"llamacpp": {
+            "dialect": "llamacpp", "launcher": "docker", "image": IMAGE,
+            "command": ["/opt/llama/bin/llama-server"],
+            "volumes": [{"host": "/usr", "container": "/usr", "read_only": True},
+                        {"host": str(setup_paths.llama_server().parent), "container": "/opt/llama/bin",
+                         "read_only": True},
+                        {"host": str(model_dir), "container": "/models", "read_only": True}],
+            "args": {"ctx_size": 2048, "parallel": 1, "threads": 1}, "ready_timeout_s": 120}},
+        "models": [{"name": "smollm2", "path": "/models/" + setup_paths.smollm2_gguf().name}],
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 300},
+        "workloads": [{"name": "short", "streams": ["qa"], "max_tokens": 8}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "short.output_tok_s"}],
+    }, "docker-space")
+    results = tmp_path / "results"
+
+    class Quiet:
+        def trial_started(self, *args: object) -> None: ...
+        def phase(self, text: str) -> None: ...
+        def trial_finished(self, record: object) -> None: ...
+        def note(self, text: str) -> None: ...
+
+    StudyRunner(space, default_storage(results), "docker", results, Quiet()).run(n_trials=1)
+    (record,) = load_view(StudyRunner(space, default_storage(results), "docker", results, Quiet()).study).records
+    assert record.state == "complete", record.failure
+    assert record.command.startswith("docker run --rm --network host") and ":/models:ro" in record.command
+    assert record.metrics["short.output_tok_s"] > 0 and record.metrics["errors"] == 0
+    assert record.startup["backends"]["weights"] == "CPU_Mapped"
+    assert leftover_containers(client, trial="0000") == []
