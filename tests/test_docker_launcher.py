@@ -4,6 +4,7 @@ llama-server binary inside a locally built busybox image with the host's /usr mo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,3 +195,27 @@ def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient,
     assert record.metrics["short.output_tok_s"] > 0 and record.metrics["errors"] == 0
     assert record.startup["backends"]["weights"] == "CPU_Mapped"
     assert leftover_containers(client, trial="0000") == []
+
+
+def test_orphans_of_a_dead_flagsearch_are_reaped(client: docker.DockerClient) -> None:
+    """A container left by a SIGKILLed flagsearch (its owner PID is gone) is removed; ours is not."""
+    from harness.launch.docker import reap_orphans
+
+    dead = psutil.Process().pid
+    while psutil.pid_exists(dead):
+        dead += 7919
+    orphan = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(dead),
+                                           "flagsearch.trial": "orphan"})
+    alive = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+                                  labels={"flagsearch": "1", "flagsearch.owner_pid": str(os.getpid()),
+                                          "flagsearch.trial": "alive"})
+    try:
+        removed = reap_orphans(client)
+        assert orphan.name in removed and alive.name not in removed
+        assert leftover_containers(client, trial="orphan") == []
+        assert len(leftover_containers(client, trial="alive")) == 1
+    finally:
+        for c in (orphan, alive):
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True)

@@ -165,9 +165,27 @@ def _check_port(host: str, port: int) -> None:
                                    []) from None
 
 
+def reap_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove our containers whose owning flagsearch process is gone (it was SIGKILLed, or the
+    machine's flagsearch crashed): the Docker counterpart of the process launcher's watchdog.
+    Containers of a live flagsearch process are left alone. Returns the names removed."""
+    import psutil
+
+    removed = []
+    for container in leftover_containers(client):
+        owner = (container.labels or {}).get(f"{LABEL}.owner_pid", "")
+        if owner.isdigit() and psutil.pid_exists(int(owner)):
+            continue
+        with contextlib.suppress(docker.errors.DockerException):
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
 class DockerLauncher:
     def __init__(self, client: docker.DockerClient | None = None):
         self._client = client
+        self._reaped = False
 
     @property
     def client(self) -> docker.DockerClient:
@@ -183,6 +201,9 @@ class DockerLauncher:
         except docker.errors.ImageNotFound:
             raise StartupError("image_not_found", f"image {spec.image!r} is not present on this Docker engine; "
                                f"flagsearch never pulls: run `docker pull {spec.image}` first", []) from None
+        if not self._reaped:
+            reap_orphans(self.client)  # before the port check: an orphan may hold the port
+            self._reaped = True
         _check_port(spec.host, spec.port)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
