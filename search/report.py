@@ -93,8 +93,13 @@ def load_results(results_dir: Path, numbers: Iterable[int]) -> tuple[dict[int, d
     return out, problems
 
 
-def load_report_input(study: optuna.Study, storage: str, results_dir: Path | None) -> ReportInput:
+def load_report_input(study: optuna.Study, storage: str, results_dir: Path | None = None,
+                      target: str | None = None) -> ReportInput:
+    """The study and its raw results. Without `results_dir`, look for them from `target` (the
+    folder or name the user gave) with find_results_dir."""
     view = load_view(study)
+    if results_dir is None and target is not None:
+        results_dir = find_results_dir(target, study.study_name, view)
     inp = ReportInput(view=view, study=study, storage=storage, results_dir=results_dir)
     if results_dir is not None:
         inp.results, inp.problems = load_results(results_dir, (r.number for r in view.records))

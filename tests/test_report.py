@@ -29,6 +29,7 @@ from search.report import (
     MIN_IMPORTANCE_TRIALS,
     ReportInput,
     export_tables,
+    find_results_dir,
     load_report_input,
     objective_plot_svg,
     param_importances,
@@ -129,6 +130,25 @@ def test_pareto_plot_two_objectives() -> None:
     svg = objective_plot_svg(view)
     assert svg is not None and "Pareto front (feasible)" in svg and "#1" in svg and "#2" in svg
     assert "w.ttft_p50_s (lower is better)" in svg
+
+
+def test_pareto_plot_three_objectives_projects_the_first_two() -> None:
+    records = [record(0, 10.0, 1.0), record(1, 20.0, 2.0)]
+    for r in records:
+        r.objective_values = [*(r.objective_values or []), float(r.number)]
+    view = StudyView("mo3", [("a", "maximize"), ("b", "minimize"), ("c", "minimize")], records, 0)
+    svg = objective_plot_svg(view)
+    assert svg is not None and "front over all 3 objectives" in svg
+
+
+def test_results_dir_found_from_the_server_logs(tmp_path: Path) -> None:
+    """A study in a database (no folder given): the trials' logs say where their results are."""
+    folder = tmp_path / "results" / "study"
+    (folder / "trials" / "0000").mkdir(parents=True)
+    view = StudyView("study", [("w.output_tok_s", "maximize")],
+                     [record(0, 1.0, log_path=str(folder / "trials" / "0000" / "server.log"))], 0)
+    assert find_results_dir("study", "study", view) == folder
+    assert find_results_dir(str(tmp_path / "elsewhere"), "x", StudyView("x", [], [], None)) is None
 
 
 def test_plots_absent_without_measurements() -> None:
@@ -272,8 +292,7 @@ workloads:
     streams: [qa, math]
     max_tokens: 16
 quality:
-  suite: smoke
-  min_score: 0.5
+  suite: null  # answer checks are tested elsewhere; here a wrong answer must not change the trial states
 objectives:
   - metric: pair.output_tok_s
     direction: maximize

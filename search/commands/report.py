@@ -12,8 +12,7 @@ from search.results import ResultsError
 
 def cmd_report(args: argparse.Namespace) -> int:
     from search.cli import _storage_for, console
-    from search.report import export_tables, find_results_dir, load_report_input, write_html
-    from search.summary import load_view
+    from search.report import export_tables, load_report_input, write_html
 
     if not (args.html or args.csv or args.parquet):
         raise ResultsError("nothing to write: give --html FILE, --csv DIR and/or --parquet DIR")
@@ -23,9 +22,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         raise ResultsError(f"no study named {name!r} in {storage}") from None
-    results_dir = Path(args.results_dir) if args.results_dir else find_results_dir(args.study, name,
-                                                                                     load_view(study))
-    inp = load_report_input(study, storage, results_dir)
+    inp = load_report_input(study, storage, Path(args.results_dir) if args.results_dir else None, args.study)
     if args.html:
         console.print(f"report: {write_html(inp, Path(args.html))}")
     if args.csv or args.parquet:
