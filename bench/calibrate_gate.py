@@ -147,6 +147,27 @@ def analyze(path: Path, ns: list[int], subsets: int, min_effect: float, alpha: f
     return "\n".join(lines)
 
 
+def simulate(ns: list[int], cvs: list[float], effects: list[float], trials: int, min_effect: float,
+             alpha: float) -> str:
+    """The same gate on log-normal samples of a known noise: what n buys at which noise."""
+    lines = [f"simulated: log-normal noise, {trials} comparisons per cell, share called `regressed`", "",
+             "| noise CV | n/side | " + " | ".join(f"{100 * e:.0f}% slower" if e else "A/A" for e in effects)
+             + " |", "|---|---|" + "---|" * len(effects)]
+    rng = np.random.default_rng(1)
+    for cv in cvs:
+        for n in ns:
+            cells = []
+            for effect in effects:
+                hits = 0
+                for i in range(trials):
+                    a = 100 * np.exp(rng.normal(0, cv, n))
+                    b = 100 * (1 - effect) * np.exp(rng.normal(0, cv, n))
+                    hits += compare(METRIC, a, b, min_effect=min_effect, alpha=alpha, seed=i).verdict == "regressed"
+                cells.append(f"{100 * hits / trials:.1f}%")
+            lines.append(f"| {100 * cv:.0f}% | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=16)
@@ -159,7 +180,12 @@ def main() -> int:
     p.add_argument("--subsets", type=int, default=300)
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    p.add_argument("--simulate", action="store_true", help="only the simulated table (no engine)")
     args = p.parse_args()
+    if args.simulate:
+        print(simulate([int(x) for x in args.n.split(",")], [0.01, 0.02, 0.04, 0.08, 0.15], [0.0, 0.05, 0.10],
+                       args.subsets, args.min_effect, args.alpha))
+        return 0
     if args.analyze:
         path = Path(args.analyze)
     else:

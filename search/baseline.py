@@ -25,9 +25,15 @@ from search.space import _default_value as default_value
 FORMAT = "flagsearch-baseline/1"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 # Per-run metrics worth keeping raw in a reviewed file (the rest are derivable or noise).
-KEPT_METRICS = ("output_tok_s", "stream_tok_s", "req_s", "ttft_p50_s", "ttft_p90_s", "tpot_p50_s",
-                "tpot_p90_s", "e2e_p50_s", "itl_p50_s", "decode_steps_s", "engine_decode_tok_s", "errors",
-                "spec_mean_acceptance_length", "spec_acceptance_rate", "prefix_cache_hit_rate")
+KEPT_METRICS = ("output_tok_s", "stream_tok_s", "req_s", "ttft_p50_s", "ttft_p90_s", "ttft_cold_p50_s",
+                "tpot_p50_s", "tpot_p90_s", "e2e_p50_s", "itl_p50_s", "decode_steps_s", "decode_tok_s",
+                "engine_decode_tok_s", "errors", "spec_mean_acceptance_length", "spec_acceptance_rate",
+                "prefix_cache_hit_rate", "ready_s")
+
+
+def kept(samples: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Only the metrics worth reviewing (see KEPT_METRICS), so that a baseline file stays small."""
+    return {k: v for k, v in samples.items() if k.rsplit(".", 1)[-1] in KEPT_METRICS}
 
 
 @dataclass
@@ -97,6 +103,7 @@ def save_baseline(baseline: Baseline, directory: Path = Path("baselines"), overw
     if not baseline.created:
         baseline.created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     baseline.space()  # refuse to write a config that would not load back
+    baseline.samples = kept(baseline.samples)
     write_json_atomic(path, baseline.to_dict())
     return path
 
