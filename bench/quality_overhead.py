@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
+import yaml
 
 from harness.client import served_model_id
 from harness.engines import get_engine
@@ -47,7 +48,7 @@ async def one_round(engine, base_url: str, model_id: str, space, quality: Qualit
         out_tokens += sum(r.output_tokens or 0 for s in wm.samples for r in s.requests)
     measure_s = time.monotonic() - t0
     t1 = time.monotonic()
-    suite_only = QualityModel(suite=quality.suite)
+    suite_only = QualityModel(suite=quality.suite, concurrency=quality.concurrency)
     result = await assess(base_url, model_id, engine.dialect, suite_only)
     suite_s = time.monotonic() - t1
     t2 = time.monotonic()
@@ -58,9 +59,14 @@ async def one_round(engine, base_url: str, model_id: str, space, quality: Qualit
             "agreement_requests": agreement.requests}
 
 
-async def run(space_path: str, rounds: int, suite: str) -> None:
+async def run(space_path: str, rounds: int, suite: str, overrides: list[str], concurrency: int) -> None:
     space = load_space(space_path)
     d = space.default_config()
+    for item in overrides:  # e.g. threads=1: -t 2 collapses when a neighbour holds a core
+        key, _, value = item.partition("=")
+        if key not in d:
+            raise SystemExit(f"--set {item}: {key!r} is not a parameter of {space_path}")
+        d[key] = yaml.safe_load(value)
     config = Config(engine=d["engine"], model=d["model"], values={k: v for k, v in d.items()
                                                                   if k not in ("engine", "model")})
     settings = space.engine_settings(config.engine)
@@ -79,7 +85,7 @@ async def run(space_path: str, rounds: int, suite: str) -> None:
             reference = await capture_reference(base_url, model_id, engine.dialect, ref_spec, config.model,
                                                 config.as_params())
             capture_s = time.monotonic() - t
-            quality = QualityModel(suite=suite)
+            quality = QualityModel(suite=suite, concurrency=concurrency)
             rows = [await one_round(engine, base_url, model_id, space, quality, reference) for _ in range(rounds)]
         finally:
             server.stop()
@@ -88,7 +94,8 @@ async def run(space_path: str, rounds: int, suite: str) -> None:
     suite_tokens = sum(c.max_tokens for c in suites()[suite])
     agree_tokens = len(prompt_sets()[ref_spec.prompts]) * ref_spec.tokens
     quality_s = med["suite_s"] + med["agree_s"]
-    print(f"\nquality overhead on {spec.engine} ({space.name}), {rounds} interleaved rounds, medians:")
+    print(f"\nquality overhead on {spec.engine} ({space.name}; {config.values}), {rounds} rounds, medians; "
+          f"suite concurrency {concurrency}:")
     print(f"{'part':<34}{'seconds':>10}{'% of measurement':>20}")
     print(f"{'trial measurement (workloads)':<34}{med['measure_s']:>10.1f}{100.0:>19.0f}%")
     print(f"{f'spot-check suite ({n_checks} checks)':<34}{med['suite_s']:>10.1f}"
@@ -111,8 +118,10 @@ def main() -> None:
     ap.add_argument("--space", default="spaces/llamacpp-cpu.yaml")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--suite", default="smoke")
+    ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="override a default param")
+    ap.add_argument("--concurrency", type=int, default=1, help="quality checks in flight at once")
     args = ap.parse_args()
-    asyncio.run(run(args.space, args.rounds, args.suite))
+    asyncio.run(run(args.space, args.rounds, args.suite, args.set, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,9 @@ class QualityModel(BaseModel):
     max_logprob_diff: float | None = Field(default=None, ge=0)  # mean |logprob diff| of reference tokens
     reference: ReferenceSpec | None = None  # set (or implied by an agreement requirement): compare
     check_timeout_s: float = Field(default=10.0, gt=0, le=120)  # wall limit of one code check
+    # Checks in flight at once. 1 keeps each answer independent of batch composition; on a GPU,
+    # where a batch of 13 short answers costs about as much as one, 4-16 cuts the suite's share.
+    concurrency: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -341,29 +344,31 @@ async def _ask(client: httpx.AsyncClient, base_url: str, model_id: str, check: C
 
 
 async def run_checks(base_url: str, model_id: str, checks: tuple[Check, ...], timeout_s: float = 120.0,
-                     code_timeout_s: float = 10.0) -> list[CheckResult]:
-    """Ask each check's prompt (one at a time, temperature 0) and judge the answer."""
-    results: list[CheckResult] = []
-    async with httpx.AsyncClient() as client:
-        for check in checks:
+                     code_timeout_s: float = 10.0, concurrency: int = 1) -> list[CheckResult]:
+    """Ask each check's prompt (temperature 0, `concurrency` at a time) and judge the answers, in order."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(client: httpx.AsyncClient, check: Check) -> CheckResult:
+        async with gate:
             try:
                 answer, finish = await _ask(client, base_url, model_id, check, timeout_s)
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                results.append(CheckResult(check.name, False, "", f"request failed: {type(exc).__name__}: {exc}",
-                                           check.category))
-                continue
-            result = await judge_async(check, answer, code_timeout_s)
-            result.finish_reason = finish
-            result.truncated = finish == "length"
-            result.degenerate = degeneration(answer)
-            if result.degenerate:
-                result.passed = False
-                result.reason = f"degenerate: {result.degenerate}"
-            elif result.truncated and not check.allow_truncation and result.passed:
-                result.passed = False
-                result.reason = "truncated at max_tokens (the answer did not finish)"
-            results.append(result)
-    return results
+                return CheckResult(check.name, False, "", f"request failed: {type(exc).__name__}: {exc}",
+                                   check.category)
+        result = await judge_async(check, answer, code_timeout_s)
+        result.finish_reason = finish
+        result.truncated = finish == "length"
+        result.degenerate = degeneration(answer)
+        if result.degenerate:
+            result.passed = False
+            result.reason = f"degenerate: {result.degenerate}"
+        elif result.truncated and not check.allow_truncation and result.passed:
+            result.passed = False
+            result.reason = "truncated at max_tokens (the answer did not finish)"
+        return result
+
+    async with httpx.AsyncClient() as client:
+        return list(await asyncio.gather(*(one(client, c) for c in checks)))
 
 
 def _summarise(suite: str, results: list[CheckResult]) -> QualityResult:
@@ -393,7 +398,8 @@ async def assess(base_url: str, model_id: str, dialect: str, quality: QualityMod
     loop = asyncio.get_running_loop()
     start = loop.time()
     if quality.suite:
-        results = await run_checks(base_url, model_id, suites()[quality.suite], timeout_s, quality.check_timeout_s)
+        results = await run_checks(base_url, model_id, suites()[quality.suite], timeout_s, quality.check_timeout_s,
+                                   quality.concurrency)
         result = _summarise(quality.suite, results)
     else:
         result = QualityResult("", 1.0, True)
