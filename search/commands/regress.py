@@ -294,7 +294,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"significance level of the two-sided Mann-Whitney test (default {DEFAULT_ALPHA})")
     p.add_argument("--metric", action="append", help="also gate this metric, e.g. single.ttft_p50_s (repeatable)")
     p.add_argument("--keep-servers", action="store_true",
-                   help="start each side once and alternate runs (faster; sessions effects then count as change)")
+                   help="start each side once and alternate runs (faster; a per-server session effect "
+                        "then counts as change)")
     p.add_argument("--out", help="write report.md, junit.xml and report.json (and server logs) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
