@@ -4,6 +4,7 @@ counting through the chat template, and a real 2-trial search over spaces/llamac
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,8 +220,8 @@ def test_search_over_the_llamacpp_cpu_space(tmp_path: Path) -> None:
     space = parse_space(doc, str(SPACE))
     results = tmp_path / "results"
     runner = StudyRunner(space, default_storage(results), "llamacpp-e2e", results, _Quiet())
+    runner.run(n_trials=1)  # as `search run` starts: the space's defaults (threads 2)
     default = {k: v for k, v in space.default_config().items() if k not in ("engine", "model")}
-    runner.study.enqueue_trial(default, user_attrs={"baseline": True})  # what `search run` starts with
     runner.study.enqueue_trial({**default, "threads": 1})
     runner.run(n_trials=2)
 
@@ -236,7 +237,8 @@ def test_search_over_the_llamacpp_cpu_space(tmp_path: Path) -> None:
         assert rec.startup["backends"]["weights"] == "CPU_Mapped"
         assert rec.startup["phases_s"]["process_to_listening"] > 0
         # Token counts come from `usage`, and llama.cpp's own counter agrees with them.
-        samples = rec.workloads["single"]["samples"]
+        stored = json.loads((results / "trials" / f"{number:04d}" / "result.json").read_text())
+        samples = stored["workloads"]["single"]["samples"]
         requests = [r for sample in samples for r in sample["requests"]]
         assert requests and all(r["output_tokens"] == 16 for r in requests)  # ignore_eos: fixed length
         for sample in samples:
