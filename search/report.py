@@ -36,6 +36,7 @@ from search.summary import StudyView, load_view
 # estimated from two or three points is noise presented as insight.
 MIN_IMPORTANCE_TRIALS = 5
 LOG_TAIL_LINES = 30
+SHOWN_BEST = 4  # Pareto-front configs shown open; the others fold under a summary line
 # Columns of the sample tables that exist even when no sample does (an empty export keeps its header).
 REQUEST_COLUMNS = ("study", "trial", "trial_state", "workload", "concurrency", "repeat", "run_wall_s",
                    "request", "ok", "status", "error_kind", "error_body", "ttft_s", "tpot_s", "e2e_s",
@@ -417,8 +418,10 @@ def _pareto_svg(view: StudyView) -> str:
                    label="infeasible (constraint violated)")
     if on_front:
         fx, fy = xy(on_front)
+        # The staircase bounds what the front dominates: its corners are points the front attains
+        # (vertical first when x is maximized, horizontal first when it is minimized).
         ax.plot(fx, fy, color=GREEN, linewidth=1.5, zorder=2,
-                drawstyle="steps-post" if len(fx) > 1 else "default")
+                drawstyle="steps-pre" if d0 == "maximize" else "steps-post")
         ax.scatter(fx, fy, color=GREEN, s=60, zorder=4, label="Pareto front (feasible)")
         for r, x, y in zip(on_front, fx, fy, strict=True):
             ax.annotate(f"#{r.number}", (x, y), textcoords="offset points", xytext=(6, 5), fontsize=8.5)
@@ -541,12 +544,16 @@ def startup_plot_svg(view: StudyView) -> str | None:
         ax.bar(offs, vals, width=width * 0.9, color=PHASE_COLORS[j % len(PHASE_COLORS)], label=phase,
                zorder=2)
     top = max(ready) if ready else 0.0
+    crowded = len(rows) > 24  # past this, per-bar labels overlap: keep the axis readable instead
     for x, (r, _) in zip(xs, rows, strict=True):
+        if crowded:
+            break
         if r.reused_server:
             ax.text(x, top * 0.02, "reused\nserver", ha="center", va="bottom", fontsize=8, color="#555")
         else:
             ax.text(x, r.ready_s or 0.0, f"{r.ready_s:.0f} s", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(xs, [f"#{r.number}" for r, _ in rows])
+    every = math.ceil(len(rows) / 12) if crowded else 1
+    ax.set_xticks(xs[::every], [f"#{r.number}" for r, _ in rows][::every])
     ax.set_xlabel("trial")
     ax.set_ylabel("seconds")
     ax.set_ylim(0, top * 1.12 if top else 1)
@@ -643,11 +650,14 @@ def _best_section(inp: ReportInput) -> str:
                          + html.escape(", ".join(f"{k}={v}" for k, v in request_side.items())) + "</li>")
         title = f"Trial #{r.number}" + (" (the engine default)" if r.number == view.baseline_number else "")
         parts.append(f'<div class="card best"><h3>{html.escape(title)}</h3><ul>{"".join(items)}</ul>'
-                     f'<p class="hint">launch command, ready to paste:</p>'
+                     f'<div class="hint">launch command, ready to paste:</div>'
                      f'<pre class="cmd">{html.escape(r.command or "(not recorded)")}</pre></div>')
     intro = ("<p>The feasible Pareto front over all objectives: no other feasible trial is better in "
              "every objective.</p>" if len(view.objectives) > 1 else "")
-    return intro + "\n".join(parts)
+    shown, rest = parts[:SHOWN_BEST], parts[SHOWN_BEST:]
+    more = (f"<details><summary>{len(rest)} more config(s) on the front</summary>{''.join(rest)}</details>"
+            if rest else "")
+    return intro + "\n".join(shown) + more
 
 
 def _spread(inp: ReportInput, number: int, metric: str) -> str:
