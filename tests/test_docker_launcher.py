@@ -219,3 +219,44 @@ def test_orphans_of_a_dead_flagsearch_are_reaped(client: docker.DockerClient) ->
         for c in (orphan, alive):
             with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True)
+
+
+def test_sigterm_of_flagsearch_removes_its_containers(client: docker.DockerClient, tmp_path: Path) -> None:
+    """flagsearch gets SIGTERM while a container serves: the registry stops and removes it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "hold.py"
+    script.write_text(f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from pathlib import Path
+from harness.launch import get_launcher
+from harness.launch.registry import install_signal_handlers
+from test_docker_launcher import llama_spec
+install_signal_handlers()
+server = get_launcher("docker").start(llama_spec(), Path({str(tmp_path)!r}) / "sig" / "server.log")
+print(server.container_id, flush=True)
+try:
+    while True:
+        time.sleep(0.2)
+finally:
+    server.stop()
+""")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        container_id = (proc.stdout.readline() if proc.stdout else "").strip()
+        assert container_id, "the child did not start a container"
+        assert client.containers.get(container_id).status in ("created", "running")
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(container_id)
+    assert leftover_containers(client, trial="sig") == []
