@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,9 +93,10 @@ def wait_none_left(owner_pid: int, within_s: float = 10.0) -> list[int]:
 class SearchProcess:
     """`search run --json` as a real child process, its events read as they come."""
 
-    def __init__(self, space: Path, results: Path, study: str, trials: int, env: dict[str, str] | None = None):
+    def __init__(self, space: Path, results: Path, study: str, trials: int, env: dict[str, str] | None = None,
+                 storage: str | None = None):
         argv = [sys.executable, "-m", "search.cli", "run", str(space), "--results", str(results), "--study", study,
-                "--trials", str(trials), "--json"]
+                "--trials", str(trials), "--json", *(["--storage", storage] if storage else [])]
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.events: list[dict[str, Any]] = []
@@ -266,13 +268,14 @@ def test_disk_full_while_writing_results(tmp_path: Path) -> None:
         assert rc == 0, stderr
         good = (full / "d" / "trials" / "0000" / "result.json").read_bytes()
         # Fill what is left of the disk, then ask for one more trial.
-        with (full / "filler").open("wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 4096)
-                    fh.flush()
-            except OSError:
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
                 pass
+        except OSError:
+            pass  # ENOSPC: the disk is full now
+        finally:
+            os.close(fd)
         second = SearchProcess(space, full, "d", trials=2)
         rc2, stderr2 = second.finish(120)
         left = wait_none_left(second.proc.pid, 5.0)
@@ -337,7 +340,7 @@ def run_study(tmp: Path, reporter: FaultReporter, enqueue: list[dict[str, Any]],
     results = tmp / "results"
     runner = StudyRunner(space, default_storage(results), "f", results, reporter)
     reporter.runner = runner
-    for params in enqueue:
+    for params in enqueue:  # after the default config, which the runner queues first
         runner.study.enqueue_trial(params)
     runner.run(n_trials=trials)
     deadline = time.monotonic() + 5.0
@@ -352,7 +355,7 @@ DEFAULT = {"threads": 1, "batch_size": 512, "cache_type_v": "f16", "flash_attn":
 
 def test_engine_sigkilled_mid_trial_search_goes_on(tmp_path: Path) -> None:
     reporter = FaultReporter(2, "measuring", lambda r: os.kill(active_pid(r), signal.SIGKILL))
-    runner = run_study(tmp_path, reporter, [DEFAULT, {**DEFAULT, "batch_size": 256}, {**DEFAULT, "batch_size": 128}],
+    runner = run_study(tmp_path, reporter, [{**DEFAULT, "batch_size": 256}, {**DEFAULT, "batch_size": 128}],
                        trials=3, max_tokens=400)
     assert reporter.fired
     recs = {r.number: r for r in reporter.finished}
@@ -369,7 +372,7 @@ def test_engine_sigkilled_mid_trial_search_goes_on(tmp_path: Path) -> None:
 
 def test_engine_frozen_mid_trial_times_out_and_search_goes_on(tmp_path: Path) -> None:
     reporter = FaultReporter(2, "measuring", lambda r: os.kill(active_pid(r), signal.SIGSTOP))
-    run_study(tmp_path, reporter, [DEFAULT, {**DEFAULT, "batch_size": 256}, {**DEFAULT, "batch_size": 128}],
+    run_study(tmp_path, reporter, [{**DEFAULT, "batch_size": 256}, {**DEFAULT, "batch_size": 128}],
               trials=3, timeout_s=3.0)
     recs = {r.number: r for r in reporter.finished}
     frozen = recs[1]
@@ -392,7 +395,7 @@ def test_engine_frozen_mid_trial_times_out_and_search_goes_on(tmp_path: Path) ->
 def test_config_the_engine_refuses_search_goes_on(tmp_path: Path) -> None:
     bad = {**DEFAULT, "cache_type_v": "q8_0", "flash_attn": "off"}  # "quantized V cache requires flash_attn"
     reporter = FaultReporter(0, "never", lambda r: None)
-    run_study(tmp_path, reporter, [DEFAULT, bad, {**DEFAULT, "batch_size": 256}], trials=3)
+    run_study(tmp_path, reporter, [bad, {**DEFAULT, "batch_size": 256}], trials=3)
     recs = {r.number: r for r in reporter.finished}
     refused = recs[1]
     assert refused.state == "failed" and refused.failure is not None
@@ -401,3 +404,52 @@ def test_config_the_engine_refuses_search_goes_on(tmp_path: Path) -> None:
     assert recs[2].state == "complete"
     record_outcome("engine exits at once (in a search)", "--cache-type-v q8_0 -fa off", "llama-server",
                    refused.failure.cause, "last log lines kept; next trial ran", "0")
+
+
+# ---- the study storage restarted under a running distributed study ------------------------------------
+@pytest.fixture
+def private_postgres() -> Iterator[tuple[str, dict[str, str]]]:
+    """A PostgreSQL of this test alone (its own port and data folder), so restarting it cannot
+    disturb anyone else's study."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pgdir = Path(f"/var/tmp/flagsearch-faults-pg-{port}")  # the postgres user must reach it (not /tmp/pytest-of-root)
+    env = {**os.environ, "FLAGSEARCH_PG_PORT": str(port), "FLAGSEARCH_PG_DIR": str(pgdir)}
+    started = subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "start"], env=env,
+                             capture_output=True, text=True, timeout=180)
+    if started.returncode != 0:
+        pytest.fail(f"cannot start PostgreSQL: {started.stderr.strip()[-300:]}", pytrace=False)
+    url = subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "url"], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    try:
+        yield url, env
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "stop"], env=env, capture_output=True,
+                       timeout=120)
+        shutil.rmtree(pgdir, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_postgres_restarted_under_a_running_study(tmp_path: Path, private_postgres: tuple[str, dict[str, str]]
+                                                  ) -> None:
+    url, pg_env = private_postgres
+    space = write_space(tmp_path, space_doc())
+    run = SearchProcess(space, tmp_path / "results", "pg", trials=3, storage=url)
+    try:
+        run.wait_event(measuring_trial(2))
+        restarted = subprocess.run(["bash", str(ROOT / "scripts" / "postgres.sh"), "restart"], env=pg_env,
+                                   capture_output=True, text=True, timeout=120)
+        assert restarted.returncode == 0, restarted.stderr
+        rc, stderr = run.finish(400)
+    finally:
+        run.kill()
+    assert rc == 0, stderr + "".join(run.lines[-5:])
+    assert not wait_none_left(run.proc.pid, 5.0)
+    study = optuna.load_study(study_name="pg", storage=url)
+    states = [t.state for t in study.get_trials()]
+    assert states.count(TrialState.COMPLETE) == 3, states
+    record_outcome("PostgreSQL restarted", "pg_ctl restart while trial 2 measures (private server)",
+                   "llama-server", "none needed", "study finished: 3 complete trials", "0")
