@@ -55,7 +55,8 @@ async def one_round(engine, base_url: str, model_id: str, space, quality: Qualit
     agreement = await compare(base_url, model_id, engine.dialect, reference)
     agree_s = time.monotonic() - t2
     return {"measure_s": measure_s, "suite_s": suite_s, "agree_s": agree_s, "measure_tokens": out_tokens,
-            "suite_score": result.score, "suite_fatal": result.fatal, "agreement_exact": agreement.exact,
+            "suite_score": result.score, "suite_fatal": result.fatal,
+            "suite_failed": [c.name for c in result.checks if not c.passed], "agreement_exact": agreement.exact,
             "agreement_requests": agreement.requests}
 
 
@@ -109,7 +110,8 @@ async def run(space_path: str, rounds: int, suite: str, overrides: list[str], co
           f"measured repeats only); quality asks for at most {suite_tokens} (suite) + {agree_tokens} "
           f"(agreement) tokens, sequential greedy")
     for i, r in enumerate(rows):
-        print(f"round {i}: suite score {r['suite_score']:.2f} fatal={r['suite_fatal']} agreement exact "
+        print(f"round {i}: suite score {r['suite_score']:.2f} failed={r['suite_failed']} fatal={r['suite_fatal']} "
+              f"agreement exact "
               f"{r['agreement_exact']:.2f} ({r['agreement_requests']} requests)")
 
 
