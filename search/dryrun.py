@@ -11,7 +11,8 @@ from search.space import Space
 
 def dry_run(space: Space, n: int) -> list[str]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.m.seed))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.m.seed),
+                                directions=[o.direction for o in space.m.objectives])
     study.enqueue_trial(space.default_config())
     lines: list[str] = []
     for i in range(n):

@@ -99,6 +99,7 @@ def open_study(space: Space, storage: str, study_name: str) -> optuna.Study:
         raise ValueError(f"study {study_name!r} was created with objectives {study.user_attrs['objectives']}, "
                          f"the space now says {objectives}; use another --study name")
     if "objectives" not in study.user_attrs:
+        study.set_metric_names([o.metric for o in space.m.objectives])  # optuna-dashboard's axis labels
         study.set_user_attr("objectives", objectives)
         study.set_user_attr("space_source", space.source)
     return study
@@ -309,13 +310,19 @@ class StudyRunner:
             results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
                                                                           m.measure.request_timeout_s),
                                       self.reporter.phase)
-        except httpx.HTTPError as exc:  # alive but not answering (frozen, deadlocked): a failed trial
-            record.state = "failed"
-            record.failure = Failure("unresponsive", f"the server stopped answering ({type(exc).__name__})",
-                                     log_tail(running.server.log_path))
-            running.stop()
-            self.active = None
-            return
+        except httpx.HTTPError as exc:
+            for _ in range(20):  # a killed server may take a moment to be seen as exited
+                if not running.alive():
+                    break
+                time.sleep(0.1)
+            if running.alive():  # alive but not answering (frozen, deadlocked): a failed trial
+                record.state = "failed"
+                record.failure = Failure("unresponsive", f"the server stopped answering ({type(exc).__name__})",
+                                         log_tail(running.server.log_path))
+                running.stop()
+                self.active = None
+                return
+            results = {}  # it died: recorded as a crash below
         for name, wm in results.items():
             record.workloads[name] = wm.to_dict()
             for k, stat in wm.summary.items():

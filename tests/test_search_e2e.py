@@ -42,7 +42,7 @@ def space_doc(served_name: str) -> dict:
             "command": [python, "-m", "vllm.entrypoints.openai.api_server"],
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
             "args": {"enforce_eager": True, "served_model_name": served_name},
-            "ready_timeout_s": 300,
+            "ready_timeout_s": 900,
         }},
         "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_hf())}],
         "params": {
@@ -50,7 +50,7 @@ def space_doc(served_name: str) -> dict:
             "max_num_seqs": {"type": "categorical", "choices": [4, 128], "default": 128},
             "concurrency": {"type": "categorical", "choices": [1, 2], "default": 2, "side": "request"},
         },
-        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 120},
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 300},
         "workloads": [{"name": "short", "streams": ["qa"], "max_tokens": 16}],
         "objectives": [{"metric": "short.output_tok_s", "direction": "maximize"}],
         "constraints": ["errors == 0"],
@@ -78,7 +78,8 @@ def test_real_search_stores_results_failures_and_leaks_nothing(tmp_path: Path) -
     assert sorted(by_number) == [0, 1, 2]
     default, reused, bad = by_number[0], by_number[1], by_number[2]
 
-    assert default.state == "complete" and default.metrics["short.output_tok_s"] > 0
+    assert default.state == "complete", default.failure
+    assert default.metrics["short.output_tok_s"] > 0
     assert default.metrics["short.errors"] == 0
     assert "--max-model-len 2048" in default.command and "--enforce-eager" in default.command
     assert view.baseline_number == 0 and view.ratio_to_default(default) == pytest.approx(1.0)
@@ -89,7 +90,7 @@ def test_real_search_stores_results_failures_and_leaks_nothing(tmp_path: Path) -
     assert [r["output_tokens"] for r in sample["requests"]] == [16, 16]  # ignore_eos: exactly max_tokens
     assert sample["server"]["generation_tokens"] == 32
 
-    assert reused.reused_server and reused.state == "complete"
+    assert reused.reused_server and reused.state == "complete", reused.failure
     assert runner.starts == 2 and runner.starts_saved == 1
 
     assert bad.state == "failed" and bad.failure is not None
