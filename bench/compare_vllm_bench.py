@@ -29,6 +29,7 @@ from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import get_launcher, wait_ready
 from harness.launch.base import Server
 from harness.measure import measure_workload
+from harness.metrics import Scrape, delta, scrape
 from harness.workloads import Item, WorkloadSpec
 from search.study import free_port
 
@@ -75,16 +76,19 @@ def flagsearch_run(base_url: str, model_id: str, args: argparse.Namespace) -> di
     out = {k: v.median for k, v in wm.summary.items()}
     out["errors"] = float(wm.errors)
     out["input_tokens_per_request"] = out.get("prompt_tokens", 0.0) / max(1.0, out.get("requests", 1.0))
+    served = wm.samples[0].server.get("prompt_tokens")
+    if served is not None:
+        out["server_input_tokens_per_request"] = served / max(1.0, out.get("requests", 1.0))
     return out
 
 
 def vllm_bench_run(base_url: str, model_id: str, tokenizer: str, args: argparse.Namespace, out_dir: Path,
-                   i: int) -> dict[str, float]:
+                   i: int, input_len: int) -> dict[str, float]:
     name = f"bench-{i}.json"
     cmd = [str(setup_paths.vllm_python()), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", base_url,
            "--model", model_id, "--tokenizer", tokenizer, "--dataset-name", "random",
-           "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+           "--random-input-len", str(input_len), "--random-output-len", str(args.output_len),
            "--num-prompts", str(args.prompts), "--max-concurrency", str(args.concurrency), "--ignore-eos",
            "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", str(out_dir), "--result-filename", name, "--seed", str(i),
@@ -96,13 +100,26 @@ def vllm_bench_run(base_url: str, model_id: str, tokenizer: str, args: argparse.
     stub.mkdir(parents=True, exist_ok=True)
     (stub / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {setup_paths.VLLM_VERSION}+cpu\n")
     env = {**VLLM_ENV, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(stub.parent)}
+    before = asyncio.run(_scrape(base_url))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    after = asyncio.run(_scrape(base_url))
     if proc.returncode != 0:
         raise SystemExit(f"vllm bench serve failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     data = json.loads((out_dir / name).read_text())
     data["errors"] = float(data.get("failed", 0))
     data["input_tokens_per_request"] = data["total_input_tokens"] / max(1, data["completed"])
+    # What the server itself counted: vllm bench's own count is of its random tokens, not of the prompt.
+    served = delta(before, after).get("vllm:prompt_tokens_total")
+    if served is not None:
+        data["server_input_tokens_per_request"] = served / max(1, data["completed"] + data["errors"])
     return data
+
+
+async def _scrape(base_url: str) -> Scrape:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        return await scrape(client, base_url)
 
 
 def cell(values: list[float]) -> str:
@@ -131,12 +148,21 @@ def main() -> None:
             server = start_server(args.model_path, free_port(), out_dir / "vllm.log", eager=not args.compiled)
             base_url = server.spec.base_url
         try:
-            flagsearch_run(base_url, args.model, args)  # warmup for both sides (discarded)
+            # Warmup for both sides (discarded). vllm bench's --random-input-len counts tokens before the
+            # chat template; its warmup run tells how many the template adds, so that the measured runs
+            # send the same total prompt size as flagsearch (which sizes the templated prompt).
+            flagsearch_run(base_url, args.model, args)
+            probe = vllm_bench_run(base_url, args.model, args.model_path, args, out_dir, 99, args.input_len)
+            seen = probe.get("server_input_tokens_per_request", probe["input_tokens_per_request"])
+            overhead = round(seen) - args.input_len
+            bench_len = max(1, args.input_len - overhead)
+            print(f"vllm bench: --random-input-len {args.input_len} reached the server as {seen:.0f} prompt "
+                  f"tokens; measured runs use --random-input-len {bench_len}", flush=True)
             ours: list[dict[str, float]] = []
             theirs: list[dict[str, float]] = []
             for i in range(args.repeats):
                 ours.append(flagsearch_run(base_url, args.model, args))
-                theirs.append(vllm_bench_run(base_url, args.model, args.model_path, args, out_dir, i))
+                theirs.append(vllm_bench_run(base_url, args.model, args.model_path, args, out_dir, i, bench_len))
                 print(f"run {i + 1}/{args.repeats}: flagsearch {ours[-1].get('output_tok_s', 0):.1f} tok/s, "
                       f"vllm bench {theirs[-1].get('output_throughput', 0):.1f} tok/s", flush=True)
         finally:
@@ -145,7 +171,9 @@ def main() -> None:
     print(f"\n{args.concurrency} concurrent, {args.prompts} prompts/run, ~{args.input_len} in / {args.output_len} "
           f"out tokens, median of {args.repeats} interleaved runs (min-max)")
     print(f"{'metric':<28} {'flagsearch':>26} {'vllm bench serve':>26} {'ratio':>7}")
-    rows = [*ROWS, ("input tokens / request", "input_tokens_per_request", 1.0, "input_tokens_per_request"),
+    rows = [*ROWS, ("input tokens / request (own)", "input_tokens_per_request", 1.0, "input_tokens_per_request"),
+            ("input tokens / req (server)", "server_input_tokens_per_request", 1.0,
+             "server_input_tokens_per_request"),
             ("failed requests", "errors", 1.0, "errors")]
     for label, ours_key, scale, theirs_key in rows:
         a = [r[ours_key] * scale for r in ours if ours_key in r]
