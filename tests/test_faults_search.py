@@ -205,7 +205,7 @@ def test_search_interrupted_then_resumed(tmp_path: Path, sig: signal.Signals, co
     assert len(rerun) == 1 and rerun[0].params == trials[1].params and rerun[0].state == TrialState.COMPLETE
     assert not wait_none_left(resumed.proc.pid, 5.0)
     record_outcome(f"search {sig.name}", f"{sig.name} to `search run` while trial 2 measures", "llama-server",
-                   "trial 2: interrupted", f"exit {code}; resume re-ran trial 2 as #{rerun[0].number}, "
+                   "trial 2: interrupted", f"exit {code}; resume re-ran it as trial #{rerun[0].number}; "
                    "trial 1 kept", "0")
 
 
@@ -246,8 +246,8 @@ def test_search_sigkilled_then_resumed(tmp_path: Path) -> None:
     assert not [t for t in after.values() if t.state == TrialState.RUNNING]
     assert not wait_none_left(resumed.proc.pid, 5.0)
     record_outcome("search SIGKILL", "kill -9 `search run` while trial 2 measures", "llama-server",
-                   "trial 2: interrupted (found on resume)", f"server died with its parent; resume re-ran trial "
-                   f"2 as #{rerun[0].number}", "0")
+                   "trial 2: interrupted (found on resume)", f"server stopped with its parent; resume re-ran it "
+                   f"as trial #{rerun[0].number}", "0")
 
 
 def _mount_tmpfs(where: Path, size: str) -> None:
@@ -449,7 +449,12 @@ def test_postgres_restarted_under_a_running_study(tmp_path: Path, private_postgr
     assert rc == 0, stderr + "".join(run.lines[-5:])
     assert not wait_none_left(run.proc.pid, 5.0)
     study = optuna.load_study(study_name="pg", storage=url)
-    states = [t.state for t in study.get_trials()]
-    assert states.count(TrialState.COMPLETE) == 3, states
+    trials = study.get_trials()
+    failures = {n: r["failure"]["cause"] for n, r in records(study).items() if r.get("failure")}
+    assert len(trials) == 3 and all(t.state.is_finished() for t in trials), trials
+    assert trials[1].state == TrialState.COMPLETE, failures  # it was measuring while the database restarted
+    # A sampled config the engine refuses (q8_0 V cache without flash attention) is a fair result;
+    # nothing may fail because of the storage.
+    assert set(failures.values()) <= {"bad_flag"}, failures
     record_outcome("PostgreSQL restarted", "pg_ctl restart while trial 2 measures (private server)",
-                   "llama-server", "none needed", "study finished: 3 complete trials", "0")
+                   "llama-server", "none needed", "study finished 3 trials; the one measuring during the restart complete", "0")
