@@ -457,4 +457,5 @@ def test_postgres_restarted_under_a_running_study(tmp_path: Path, private_postgr
     # nothing may fail because of the storage.
     assert set(failures.values()) <= {"bad_flag"}, failures
     record_outcome("PostgreSQL restarted", "pg_ctl restart while trial 2 measures (private server)",
-                   "llama-server", "none needed", "study finished 3 trials; the one measuring during the restart complete", "0")
+                   "llama-server", "none needed", "study finished 3 trials; the one measuring during the restart "
+                   "complete", "0")
