@@ -17,6 +17,7 @@ from harness.fingerprint import fingerprint
 from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wait_ready
 from harness.launch.base import Server
 from harness.measure import WorkloadMeasurement, measure_workload
+from harness.roofline import Roofline
 from harness.workloads import WorkloadSpec
 
 Progress = Callable[[str], None]
@@ -130,7 +131,7 @@ def start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[st
 
 
 def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], settings: MeasureSettings,
-                    progress: Progress = _quiet) -> dict[str, WorkloadMeasurement]:
+                    progress: Progress = _quiet, roofline: Roofline | None = None) -> dict[str, WorkloadMeasurement]:
     """Measure every workload on a running server; stops early if the server dies."""
     expectations = running.engine.expected_features(running.flags)
     out: dict[str, WorkloadMeasurement] = {}
@@ -141,7 +142,7 @@ def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], setti
         for spec in workloads:
             out[spec.name] = await measure_workload(running.engine, running.base_url, model_id, spec,
                                                     settings.repeats, settings.warmup, settings.request_timeout_s,
-                                                    expectations, progress)
+                                                    expectations, progress, roofline=roofline)
             if not running.alive():
                 return
 

@@ -194,6 +194,8 @@ class WorkloadModel(Strict):
     streams: list[str] | None = None
     requests_per_stream: int = Field(default=1, ge=1)
     scale: float = Field(default=1.0, gt=0)
+    context_scale: float | None = Field(default=None, gt=0)
+    output_scale: float | None = Field(default=None, gt=0)
     max_tokens: int | None = Field(default=None, ge=1)
     warm: bool = False
     rate: float | None = Field(default=None, gt=0)
@@ -399,7 +401,8 @@ class Space:
             out.append(WorkloadSpec(
                 name=w.name, streams=streams,
                 requests_per_stream=int(request.get("requests_per_stream") or w.requests_per_stream),
-                scale=w.scale, max_tokens=request.get("max_tokens") or w.max_tokens, warm=w.warm,
+                scale=w.scale, context_scale=w.context_scale, output_scale=w.output_scale,
+                max_tokens=request.get("max_tokens") or w.max_tokens, warm=w.warm,
                 rate=request.get("rate") or w.rate, seed=w.seed))
         return out
 

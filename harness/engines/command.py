@@ -100,6 +100,9 @@ def mapped_flags(flags: Mapping[str, Any], flag_map: Mapping[str, str]) -> list[
 
 class CommandEngine(Engine):
     dialect = "command"
+    # Tokens are counted by sending the prompt (no tokenizer endpoint): workloads size prompts under a
+    # separate nonce so the counting request cannot warm the prefix cache for the measured one.
+    counts_by_request = True
     ready_path = "/v1/models"  # every OpenAI-compatible server has it; /health is not universal
     metric_names = MetricNames()  # unknown server: no Prometheus names assumed
 

@@ -59,6 +59,9 @@ _NUM = r"([\d.]+)"
 
 class SglangEngine(Engine):
     dialect = "sglang"
+    # Tokens are counted by sending the prompt (no tokenizer endpoint): workloads size prompts under a
+    # separate nonce so the counting request cannot warm the prefix cache for the measured one.
+    counts_by_request = True
     ready_path = "/health"
     metric_names = MetricNames(
         generation_tokens="sglang:generation_tokens_total",
