@@ -210,6 +210,9 @@ def test_engine_sigkilled_mid_measurement(tmp_path: Path) -> None:
     assert all(not r.ok for r in results)
     kinds = {r.error_kind for r in results}
     assert kinds <= {"incomplete_stream", "connect"}, kinds
+    deadline = time.monotonic() + 5.0  # the sockets close as it dies; being reaped comes a moment later
+    while server.returncode() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert server.returncode() == -signal.SIGKILL
     server.stop()
     leaked = assert_gone(server)
@@ -372,8 +375,17 @@ _STARTER = """
 import sys, time
 from pathlib import Path
 from harness.launch import LaunchSpec, get_launcher, wait_ready
-spec = LaunchSpec(engine="llamacpp", argv=tuple(sys.argv[2:]), host="127.0.0.1", port=int(sys.argv[1]))
-server = get_launcher("process").start(spec, Path(sys.argv[1] + ".log"))
+import threading
+spec = LaunchSpec(engine="llamacpp", argv=tuple(sys.argv[3:]), host="127.0.0.1", port=int(sys.argv[2]))
+started = []
+start = lambda: started.append(get_launcher("process").start(spec, Path(sys.argv[2] + ".log")))
+if sys.argv[1] == "thread":  # no parent-death signal from a thread: only the watchdog is left
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()
+else:
+    start()
+server = started[0]
 wait_ready(server, "/health", 60)
 print(server.pid, flush=True)
 time.sleep(600)
@@ -381,10 +393,11 @@ time.sleep(600)
 
 
 @pytest.mark.e2e
-def test_tool_sigkilled_its_server_is_stopped_by_the_watchdog(tmp_path: Path) -> None:
+@pytest.mark.parametrize("started_from", ["main", "thread"])
+def test_tool_sigkilled_its_server_is_stopped(tmp_path: Path, started_from: str) -> None:
     port = free_port()
     spec = llama_spec(port)
-    tool = subprocess.Popen([sys.executable, "-c", _STARTER, str(port), *spec.argv], cwd=tmp_path,
+    tool = subprocess.Popen([sys.executable, "-c", _STARTER, started_from, str(port), *spec.argv], cwd=tmp_path,
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert tool.stdout is not None
@@ -408,8 +421,11 @@ def test_tool_sigkilled_its_server_is_stopped_by_the_watchdog(tmp_path: Path) ->
         os.kill(server_pid, signal.SIGKILL)
     assert not alive, "the server outlived the SIGKILLed tool by 15 s"
     assert not [p for p, owner, _ in registry.tagged_processes() if owner.startswith(f"{tool.pid}:")]
-    record_outcome("tool SIGKILLed (launcher)", "kill -9 the process that started the server, request in "
-                   "flight", "llama-server", "owner gone", f"watchdog stopped the server in {took:.1f} s", "0")
+    how = "parent-death signal, watchdog as backstop" if started_from == "main" else "watchdog alone"
+    where = "the main thread" if started_from == "main" else "a worker thread"
+    record_outcome(f"tool SIGKILLed (server started from {where})", "kill -9 the process that started the "
+                   "server, request in flight", "llama-server", "owner gone", f"server stopped in {took:.1f} s "
+                   f"({how})", "0")
 
 
 def test_orphans_of_a_dead_tool_are_reaped() -> None:
