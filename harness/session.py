@@ -94,7 +94,8 @@ def classify_startup(engine: Engine, exc: StartupError, log_text: str) -> tuple[
     if exc.cause == "exited" and found:
         return found.cause, found.line
     if exc.cause == "timeout" and found and found.cause != "crashed":
-        return "timeout", f"{exc.detail}; log says: {found.line}"
+        # A fatal line (OOM, bad flag...) is the cause even when the process hung instead of exiting.
+        return found.cause, f"{found.line} (then no exit and not ready: {exc.detail})"
     return exc.cause, exc.detail
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from rich.console import Console
 from rich.table import Table
 
@@ -230,6 +231,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (SpaceError, ResultsError, ValueError) as exc:
         err.print(f"[red]error[/]: {exc}")
+        return 2
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        # A corrupted, full or unreachable study storage: the root cause, in one line.
+        root: BaseException = exc
+        while root.__cause__ is not None:
+            root = root.__cause__
+        reason = str(getattr(root, "orig", None) or root).strip().splitlines()[0]
+        disk = " (disk full)" if "full" in reason.lower() else ""
+        stop_all()
+        err.print(f"[red]error[/]: the study storage failed{disk}: {reason}")
         return 2
     except Terminated:
         stop_all()

@@ -28,6 +28,7 @@ from harness.quality import QualityResult, assess, quality_metrics
 from harness.quality import constraint_names as quality_constraint_names
 from harness.quality import constraint_values as quality_constraint_values
 from harness.reference import ReferenceAnswers, ReferenceStore, capture_reference, reference_config, reference_key
+from harness.roofline import Roofline, build_roofline
 from harness.session import (
     LaunchFailed,
     MeasureSettings,
@@ -138,6 +139,7 @@ class StudyRunner:
         self.total = space.m.budget.trials
         self._reference_answers: ReferenceAnswers | None = None
         self._quality_result: QualityResult | None = None
+        self._rooflines: dict[str, Roofline | None] = {}
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, n_trials: int | None = None, timeout_s: float | None = None) -> None:
@@ -309,7 +311,7 @@ class StudyRunner:
         try:
             results = measure_running(running, workloads, MeasureSettings(m.measure.repeats, m.measure.warmup,
                                                                           m.measure.request_timeout_s),
-                                      self.reporter.phase)
+                                      self.reporter.phase, self._roofline(record.model, running))
         except httpx.HTTPError as exc:
             for _ in range(20):  # a killed server may take a moment to be seen as exited
                 if not running.alive():
@@ -379,6 +381,18 @@ class StudyRunner:
             store.save(answers)
         self._reference_answers = answers
         return answers
+
+    def _roofline(self, model_name: str, running: RunningConfig) -> Roofline | None:
+        """% of the memory-bandwidth ceiling, when the model's bytes per token are known: bandwidth
+        as the space's `device` states it, else measured once (GPU copy in the engine's torch, or
+        host memory for CPU engines)."""
+        key = f"{model_name}|{running.spec.engine}"
+        if key not in self._rooflines:
+            device = self.space.m.device
+            self._rooflines[key] = build_roofline(self.space.model_choice(model_name),
+                                                  device.bandwidth_gbs if device else None,
+                                                  engine_python=self.space.engine_settings(running.spec.engine).python)
+        return self._rooflines[key]
 
     def _server_for(self, config: Config, log_dir: Path) -> RunningConfig:
         """A running server for `config`: the active one if it fits, else a new one (kept active)."""

@@ -59,7 +59,7 @@ def test_two_workers_share_one_budget_without_duplicates_or_losses(tmp_path: Pat
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     workers = []
     for i in range(2):
-        workers.append(subprocess.Popen(cmd + ["--results", str(tmp_path / f"w{i}")], cwd=ROOT, env=env,
+        workers.append(subprocess.Popen([*cmd, "--results", str(tmp_path / f"w{i}")], cwd=ROOT, env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         time.sleep(3)  # hosts rarely start in the same instant; the baseline enqueue is not atomic
     outputs = [w.communicate(timeout=900)[0] for w in workers]

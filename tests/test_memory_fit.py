@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 
 from search.memory_fit import estimate
-from search.space import parse_space
+from search.space import Config, Space, parse_space
 from search.study import StudyRunner, default_storage
 
 
@@ -28,7 +28,7 @@ def space(command: str = "/nonexistent/vllm") -> dict:
     }
 
 
-def config_of(s, **params):  # noqa: ANN001, ANN201
+def config_of(s: Space, **params: object) -> Config:
     study = optuna.create_study()
     study.enqueue_trial(params)
     return s.sample(study.ask())
