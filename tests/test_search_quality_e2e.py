@@ -33,7 +33,7 @@ def test_damaged_checkpoint_never_wins(tmp_path: Path) -> None:
     doc = {
         "name": "quality-e2e",
         "engines": {"llamacpp": {"command": [str(setup_paths.llama_server())],
-                                 "args": {"ctx_size": 2048, "parallel": 1}, "ready_timeout_s": 60}},
+                                 "args": {"ctx_size": 2048, "parallel": 1, "threads": 1}, "ready_timeout_s": 60}},
         "models": [{"name": "good", "path": str(good)}, {"name": "damaged", "path": str(damaged)}],
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
         "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
