@@ -133,6 +133,17 @@ def dashed_flags(flags: Mapping[str, Any], negatable: frozenset[str] = frozenset
     return argv
 
 
+def launch_spec(settings: EngineSettings, argv: list[str], env: Mapping[str, str], port: int) -> LaunchSpec:
+    """A LaunchSpec for an engine's argv: where and how to run it comes from the space's settings."""
+    return LaunchSpec(
+        engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
+        env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
+        volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
+        ipc_host=settings.ipc_host, privileged=settings.privileged,
+        ready_timeout_s=settings.ready_timeout_s,
+    )
+
+
 def first_match(patterns: list[tuple[str, re.Pattern[str]]], text: str) -> FailureCause | None:
     """The earliest class whose pattern matches, with the matching line."""
     for cause, pattern in patterns:

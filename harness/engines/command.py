@@ -32,6 +32,7 @@ from harness.engines.base import (
     TokenCount,
     count_tokens_via_usage,
     first_match,
+    launch_spec,
     value_text,
 )
 from harness.launch.spec import LaunchSpec
@@ -114,13 +115,7 @@ class CommandEngine(Engine):
         argv = render_template(settings.command, {"model": model.path, "model_name": model.name,
                                                   "host": settings.host, "port": str(port)})
         argv += mapped_flags(flags, settings.flag_map)
-        return LaunchSpec(
-            engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
-            env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
-            volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
-            ipc_host=settings.ipc_host, privileged=settings.privileged,
-            ready_timeout_s=settings.ready_timeout_s,
-        )
+        return launch_spec(settings, argv, env, port)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()

@@ -24,6 +24,7 @@ from harness.engines.base import (
     TokenCount,
     first_match,
     flag_name,
+    launch_spec,
     value_text,
 )
 from harness.launch.spec import LaunchSpec
@@ -142,13 +143,7 @@ class LlamaCppEngine(Engine):
         for fixed in (["--metrics"], ["--log-timestamps"], ["-lv", "4"]):
             if fixed[0] not in argv:
                 argv += fixed
-        return LaunchSpec(
-            engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
-            env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
-            volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
-            ipc_host=settings.ipc_host, privileged=settings.privileged,
-            ready_timeout_s=settings.ready_timeout_s,
-        )
+        return launch_spec(settings, argv, env, port)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()

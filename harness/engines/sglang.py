@@ -24,6 +24,7 @@ from harness.engines.base import (
     TokenCount,
     count_tokens_via_usage,
     first_match,
+    launch_spec,
 )
 from harness.launch.spec import LaunchSpec
 
@@ -79,13 +80,7 @@ class SglangEngine(Engine):
         argv += sglang_flags(flags)
         if "--enable-metrics" not in argv:
             argv.append("--enable-metrics")
-        return LaunchSpec(
-            engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
-            env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
-            volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
-            ipc_host=settings.ipc_host, privileged=settings.privileged,
-            ready_timeout_s=settings.ready_timeout_s,
-        )
+        return launch_spec(settings, argv, env, port)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()

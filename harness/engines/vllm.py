@@ -16,6 +16,7 @@ from harness.engines.base import (
     StartupInfo,
     dashed_flags,
     first_match,
+    launch_spec,
 )
 from harness.launch.spec import LaunchSpec
 
@@ -84,13 +85,7 @@ class VllmEngine(Engine):
         argv += dashed_flags(rest, _NEGATABLE)
         if spec_config:
             argv += ["--speculative-config", spec_config]
-        return LaunchSpec(
-            engine=settings.name, argv=tuple(argv), host=settings.host, port=port,
-            env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
-            volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
-            ipc_host=settings.ipc_host, privileged=settings.privileged,
-            ready_timeout_s=settings.ready_timeout_s,
-        )
+        return launch_spec(settings, argv, env, port)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()
