@@ -23,7 +23,8 @@ from search.space import Config, SpaceError, load_space
 from search.study import StudyRunner, default_storage
 from search.summary import StudyView, load_view
 
-console = Console(stderr=False, highlight=False)
+# Piped output (CI logs, files) gets a wide fixed width: rich's 80-column default folds the table.
+console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False)
 
 
