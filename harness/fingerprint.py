@@ -8,22 +8,19 @@ ENGINE's own interpreter, never from ours.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 
-from harness.launch.spec import REDACTED, LaunchSpec, redact_env
+from harness.launch.spec import LaunchSpec, redact_argv, redact_env
 
 # Fields whose difference makes two measurements incomparable unless the comparison is about them
 # (an A/B of two engine versions passes allowed=("engine_version", "engine_commit", "torch", ...)).
@@ -62,7 +59,6 @@ print(json.dumps(out))
 """
 
 # argv options whose next value (or `=value`) is a credential.
-_SECRET_FLAG = re.compile(r"^--?[\w-]*(token|key|secret|password|credential)[\w-]*$", re.IGNORECASE)
 
 
 class IncomparableError(ValueError):
@@ -161,25 +157,6 @@ def model_fingerprint(path: str) -> dict[str, Any]:
     return {"model_path": path, "model_bytes": size, "model_id": digest.hexdigest()[:16]}
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Credentials passed on the command line (`--api-key X`, `--hf-token=X`) are replaced."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if _SECRET_FLAG.match(flag):
-            if eq:
-                out.append(f"{flag}={REDACTED}")
-                continue
-            hide_next = True
-        out.append(arg)
-    return out
-
-
 def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
                 engine_version: str | None = None) -> dict[str, Any]:
     out = {**host_fingerprint(), **engine_env_fingerprint(engine_python), **model_fingerprint(model_path)}
@@ -189,9 +166,8 @@ def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
     out["launcher"] = spec.launcher
     if spec.image:
         out["image"] = spec.image
-    safe = dataclasses.replace(spec, argv=tuple(redact_argv(spec.argv)))
-    out["argv"] = list(safe.argv)
-    out["command"] = safe.command_line()
+    out["argv"] = redact_argv(spec.argv)
+    out["command"] = spec.command_line()  # redacts secret flags, values and env itself
     out["env"] = redact_env(spec.env)
     return out
 
