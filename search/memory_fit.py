@@ -1,24 +1,35 @@
-"""Reject configs that certainly cannot fit in device memory, before paying for a server start.
+"""Reject configs that certainly cannot run, before paying for a server start.
 
-need (certain) = checkpoint size + KV cache for ONE sequence of the maximum context length
-available      = device memory x the memory-utilization knob (1.0 where the engine has none)
+Memory:  need      = checkpoint size + KV cache for ONE sequence of the maximum context length
+         available = device memory x the engine's memory share (1.0 where it has none) - reserve
+Context: the engine's per-sequence context limit must hold the longest request of the workloads
+         (prompt + output); a shorter one answers those requests with HTTP 400.
 
-Only a config whose certain need exceeds what is available is rejected; one that cannot hold
-every concurrent stream at full length only gets a warning (engines queue such requests).
+Which parameters set the memory share, the context length and the KV dtype is each engine module's
+business (Engine.memory_knobs): nothing here branches on a dialect.
+
+Unified memory (`device.unified_memory: true`, e.g. DGX Spark / GB10: 128 GB of LPDDR5x shared by the
+CPU, the GPU, the OS and the page cache): an engine reserves its share of the total at start and
+refuses to start when less than that is free (vLLM: "Free memory on device ... is less than desired
+GPU memory utilization"). So where flagsearch runs on the device itself (this machine's total memory
+matches `device.memory_gb`), the memory free at start (/proc/meminfo MemAvailable) caps what is
+available; and a share that leaves the OS less than `device.os_reserve_gb` gets a warning.
+
+Only a certain misfit is rejected; a config that cannot hold every concurrent stream at full length
+only gets a warning (engines queue such requests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from harness.engines import get_engine
 from search.space import Config, Space
 
-# Per dialect: the flag names that set the memory share and the context length.
-_UTILIZATION = {"vllm": "gpu_memory_utilization", "sglang": "mem_fraction_static",
-                "command": "gpu_memory_utilization"}
-_CONTEXT = {"vllm": "max_model_len", "sglang": "context_length", "llamacpp": "ctx_size",
-            "command": "max_seq_len"}
-_KV_SHRINK = {"fp8": 0.5, "fp8_e4m3": 0.5, "fp8_e5m2": 0.5, "q8_0": 0.53, "q4_0": 0.28}
+# A short item's prompt has no declared size: chars/2 plus a chat template is an upper bound for
+# the tokenizers in use (English text runs at ~4 chars per token).
+_TEMPLATE_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -28,29 +39,84 @@ class FitEstimate:
     available_gb: float
     detail: str
     warning: str | None = None
+    reason: str = "memory"  # memory | context: what does not fit
 
 
-def estimate(space: Space, config: Config) -> FitEstimate | None:
-    """None when the space does not state enough (device memory, model size) to judge."""
+@dataclass(frozen=True)
+class LocalMemory:
+    total_gb: float
+    available_gb: float
+
+
+def local_memory(meminfo: Path = Path("/proc/meminfo")) -> LocalMemory | None:
+    """This machine's memory in GiB (MemTotal, MemAvailable), None where /proc/meminfo is missing."""
+    try:
+        fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+        kib = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
+        return LocalMemory(kib["MemTotal"] / 2**20, kib["MemAvailable"] / 2**20)
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def free_at_start(space: Space) -> LocalMemory | None:
+    """The device's free memory now, where it can be read: a unified-memory device that is this
+    machine (its total within 10% of `device.memory_gb`). None elsewhere (a dry run on a laptop)."""
+    device = space.m.device
+    if device is None or not device.unified_memory or device.memory_gb is None:
+        return None
+    local = local_memory()
+    if local is None or abs(local.total_gb - device.memory_gb) > 0.1 * device.memory_gb:
+        return None
+    return local
+
+
+def longest_request(space: Space, request: dict[str, object] | None = None) -> tuple[int, str]:
+    """(tokens, "workload/item") of the longest request (prompt + output) the workloads send."""
+    best = (0, "")
+    for spec in space.workload_specs(request):  # type: ignore[arg-type]
+        for name in set(spec.streams):
+            item = spec.item(name)
+            prompt = spec.context_tokens(item) or len(item.prompt) // 2 + _TEMPLATE_TOKENS
+            need = prompt + spec.output_tokens(item)
+            if need > best[0]:
+                best = (need, f"{spec.name}/{name}")
+    return best
+
+
+def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> FitEstimate | None:
+    """None when the space states too little to judge (no context knob set, no device or model size).
+    `free`: the device's free memory at start (see free_at_start), read by the caller once per study."""
+    settings = space.engine_settings(config.engine)
+    flags, _, request = space.split(config)
+    knobs = get_engine(settings.dialect).memory_knobs(settings, flags)
+    longest, where = longest_request(space, request)
+    if knobs.context_tokens is not None and knobs.context_tokens < longest:
+        return FitEstimate(False, float(longest), float(knobs.context_tokens),
+                           f"context limit {knobs.context_tokens} tokens < {longest} tokens of the longest "
+                           f"request ({where}, prompt + output)", reason="context")
     device = space.m.device
     model = space.model_choice(config.model)
     if device is None or device.memory_gb is None or model.size_gb is None:
         return None
-    dialect = space.engine_settings(config.engine).dialect
-    flags, _, request = space.split(config)
-    util = float(flags.get(_UTILIZATION.get(dialect, ""), device.default_utilization))
-    available = device.memory_gb * util - device.reserve_gb
+    util = knobs.utilization if knobs.utilization is not None else device.default_utilization
+    share = device.memory_gb * util
+    available = share - device.reserve_gb
+    free_note = ""
+    if free is not None and free.available_gb < share:
+        available = free.available_gb - device.reserve_gb
+        free_note = f" (only {free.available_gb:.1f} free at start, of {share:.1f} asked for)"
     kv_per_token = model.attrs.get("kv_bytes_per_token")
-    context = flags.get(_CONTEXT.get(dialect, ""))
-    kv_dtype = str(flags.get("kv_cache_dtype") or flags.get("cache_type_k") or "auto")
-    shrink = _KV_SHRINK.get(kv_dtype, 1.0)
-    kv_one = float(kv_per_token) * int(context) * shrink / 1e9 if kv_per_token and context else 0.0
+    context = knobs.context_tokens
+    kv_one = float(kv_per_token) * context * knobs.kv_bytes_factor / 2**30 if kv_per_token and context else 0.0
     need = model.size_gb + kv_one
     detail = (f"weights {model.size_gb:.1f} GB + KV for one {context or '?'}-token sequence {kv_one:.1f} GB "
-              f"= {need:.1f} GB vs {device.memory_gb:.0f} GB x {util:.2f} - {device.reserve_gb:.1f} GB reserve "
-              f"= {available:.1f} GB")
-    warning = None
+              f"= {need:.1f} GB vs {device.memory_gb:.1f} GB x {util:.2f} - {device.reserve_gb:.1f} GB reserve "
+              f"= {available:.1f} GB{free_note}")
+    warnings = []
     streams = max(w.concurrency for w in space.workload_specs(request))
     if kv_one and need <= available < model.size_gb + kv_one * streams:
-        warning = f"KV cache cannot hold {streams} full-length sequences at once; expect queueing"
-    return FitEstimate(need <= available, need, available, detail, warning)
+        warnings.append(f"KV cache cannot hold {streams} full-length sequences at once; expect queueing")
+    if device.unified_memory and device.memory_gb - share < device.os_reserve_gb:
+        warnings.append(f"unified memory: {util:.2f} of {device.memory_gb:.1f} GB leaves the OS and page cache "
+                        f"{device.memory_gb - share:.1f} GB (< {device.os_reserve_gb:.1f} GB): OOM risk")
+    return FitEstimate(need <= available, need, available, detail, "; ".join(warnings) or None)

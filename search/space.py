@@ -72,6 +72,15 @@ class VolumeModel(Strict):
     read_only: bool = False
 
 
+class ExpectModel(Strict):
+    """What one trial of an engine costs here, as the user expects it before anything was measured
+    (the time estimate of `search run --dry-run`; measured times replace these as trials finish)."""
+
+    start_s: float | None = Field(default=None, gt=0)  # server start until ready
+    decode_tok_s: float | None = Field(default=None, gt=0)  # one stream's output tokens per second
+    prefill_tok_s: float | None = Field(default=None, gt=0)  # prompt tokens per second
+
+
 class EngineModel(Strict):
     dialect: str | None = None
     launcher: Literal["process", "docker"] = "process"
@@ -88,6 +97,7 @@ class EngineModel(Strict):
     privileged: bool = False
     ready_timeout_s: float = Field(default=900.0, gt=0)
     flag_map: dict[str, str] = {}
+    expect: ExpectModel = ExpectModel()
 
     @field_validator("env", mode="before")
     @classmethod
@@ -105,6 +115,9 @@ class DeviceModel(Strict):
     bandwidth_gbs: float | None = Field(default=None, gt=0)
     default_utilization: float = Field(default=0.9, gt=0, le=1)
     reserve_gb: float = Field(default=1.0, ge=0)  # activations, CUDA context, fragmentation
+    # GPU memory shared with the OS and the page cache (DGX Spark / GB10): see search/memory_fit.py.
+    unified_memory: bool = False
+    os_reserve_gb: float = Field(default=8.0, ge=0)  # what the OS needs left over (unified memory only)
 
 
 class ModelModel(Strict):

@@ -106,6 +106,60 @@ class MetricNames:
         return [(k, v) for k, v in self.__dict__.items() if v]
 
 
+# KV-cache bytes per token relative to a 16-bit cache, by the dtype names engines use (vLLM's
+# --kv-cache-dtype, SGLang's --kv-cache-dtype, llama.cpp's --cache-type-k). Unknown names count as
+# 16-bit: the estimate then errs towards "needs more", never towards a false "fits".
+KV_BYTES_FACTOR: dict[str, float] = {
+    "auto": 1.0, "bfloat16": 1.0, "bf16": 1.0, "float16": 1.0, "fp16": 1.0, "f16": 1.0,
+    "float32": 2.0, "f32": 2.0,
+    "fp8": 0.5, "fp8_e4m3": 0.5, "fp8_e5m2": 0.5, "fp8_inc": 0.5, "fp8_per_token_head": 0.5,
+    "int8_per_token_head": 0.5, "q8_0": 0.53, "q5_1": 0.38, "q5_0": 0.34, "q4_1": 0.31, "q4_0": 0.28,
+    "iq4_nl": 0.28, "nvfp4": 0.28, "fp4_e2m1": 0.28, "int4_per_token_head": 0.28,
+    "turboquant_k8v4": 0.38, "turboquant_4bit_nc": 0.25, "turboquant_k3v4_nc": 0.22,
+    "turboquant_3bit_nc": 0.19,
+}
+
+
+@dataclass(frozen=True)
+class MemoryParams:
+    """Which space parameters carry an engine's memory settings (first one set wins)."""
+
+    utilization: tuple[str, ...] = ()  # share of device memory the engine may take
+    context: tuple[str, ...] = ()  # longest sequence (prompt + output) a request may have
+    kv_dtype: tuple[str, ...] = ()
+    max_seqs: tuple[str, ...] = ()  # sequences the engine runs at once
+    default_utilization: float | None = None  # the engine's own default when the knob is unset
+    context_is_total: bool = False  # llama.cpp: the context is shared by the parallel slots
+
+
+@dataclass(frozen=True)
+class MemoryKnobs:
+    """A launch's memory settings as its engine reads them; None: not set (engine default unknown)."""
+
+    utilization: float | None = None
+    context_tokens: int | None = None  # per sequence
+    kv_cache_dtype: str | None = None
+    max_seqs: int | None = None
+
+    @property
+    def kv_bytes_factor(self) -> float:
+        return KV_BYTES_FACTOR.get(str(self.kv_cache_dtype or "auto").lower(), 1.0)
+
+
+def read_memory_knobs(params: MemoryParams, flags: Mapping[str, Any]) -> MemoryKnobs:
+    def first(names: tuple[str, ...]) -> Any:
+        return next((flags[n] for n in names if flags.get(n) is not None), None)
+
+    util, context, kv, seqs = (first(params.utilization), first(params.context), first(params.kv_dtype),
+                               first(params.max_seqs))
+    per_seq = int(context) if context is not None else None
+    if per_seq is not None and params.context_is_total and seqs:
+        per_seq //= max(1, int(seqs))
+    return MemoryKnobs(utilization=float(util) if util is not None else params.default_utilization,
+                       context_tokens=per_seq, kv_cache_dtype=str(kv) if kv is not None else None,
+                       max_seqs=int(seqs) if seqs is not None else None)
+
+
 def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
 
@@ -205,6 +259,20 @@ class Engine(ABC):
         count = int(body["count"]) if "count" in body else len(body["tokens"])
         limit = body.get("max_model_len")
         return TokenCount(count, int(limit) if limit else None)
+
+    def param_for_flag(self, flag: str, flags: Mapping[str, Any]) -> str | None:
+        """Which of the launch's flags (by space param name) the engine's `flag` text is, e.g. a
+        rejected `--max-num-seqs` -> max_num_seqs. Engines with their own spellings override it."""
+        wanted = flag.split("=", 1)[0].strip()
+        return next((name for name in flags if wanted in (flag_name(name), "--no-" + name.replace("_", "-"))),
+                    None)
+
+    memory_params: ClassVar[MemoryParams] = MemoryParams()
+
+    def memory_knobs(self, settings: EngineSettings, flags: Mapping[str, Any]) -> MemoryKnobs:
+        """The memory settings of a launch (for the fit check before it starts): which of the space's
+        parameters set them is this engine's business, so no caller branches on a dialect."""
+        return read_memory_knobs(self.memory_params, flags)
 
     def request_extras(self) -> dict[str, Any]:
         """Extra fields this engine needs in a chat request (e.g. to make output length fixed)."""

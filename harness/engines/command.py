@@ -26,6 +26,8 @@ from harness.engines.base import (
     Engine,
     EngineSettings,
     FailureCause,
+    MemoryKnobs,
+    MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
@@ -33,6 +35,7 @@ from harness.engines.base import (
     count_tokens_via_usage,
     first_match,
     launch_spec,
+    read_memory_knobs,
     value_text,
 )
 from harness.launch.spec import LaunchSpec
@@ -52,6 +55,16 @@ _FAILURES: list[tuple[str, re.Pattern[str]]] = [
                                    r"failed to (?:open|load) model", re.I)),
     ("crashed", re.compile(r"Traceback \(most recent call last\)|Segmentation fault|core dumped|panicked at")),
 ]
+
+
+# The flag spellings OpenAI-compatible servers use for their memory settings (Atlas, vLLM-like and
+# SGLang-like servers, llama.cpp-like ones): the space's flag_map says which parameter sets which flag.
+_MEMORY_FLAGS = {
+    "utilization": ("--gpu-memory-utilization", "--mem-fraction-static", "--gpu-mem-fraction"),
+    "context": ("--max-seq-len", "--max-model-len", "--context-length", "--max-context-len", "--ctx-size", "-c"),
+    "kv_dtype": ("--kv-cache-dtype", "--cache-type-k", "--kv-dtype"),
+    "max_seqs": ("--max-batch-size", "--max-num-seqs", "--max-running-requests", "--parallel", "-np"),
+}
 
 
 class CommandError(ValueError):
@@ -116,6 +129,14 @@ class CommandEngine(Engine):
                                                   "host": settings.host, "port": str(port)})
         argv += mapped_flags(flags, settings.flag_map)
         return launch_spec(settings, argv, env, port)
+
+    def memory_knobs(self, settings: EngineSettings, flags: Mapping[str, Any]) -> MemoryKnobs:
+        def params_for(kind: str) -> tuple[str, ...]:
+            return tuple(p for p, flag in settings.flag_map.items() if flag.rstrip("=") in _MEMORY_FLAGS[kind])
+
+        return read_memory_knobs(MemoryParams(utilization=params_for("utilization"), context=params_for("context"),
+                                              kv_dtype=params_for("kv_dtype"), max_seqs=params_for("max_seqs")),
+                                 flags)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()

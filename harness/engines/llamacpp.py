@@ -18,6 +18,7 @@ from harness.engines.base import (
     EngineSettings,
     FailureCause,
     FeatureExpectation,
+    MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
@@ -118,6 +119,9 @@ def _line_time(pattern: str, text: str) -> float | None:
 class LlamaCppEngine(Engine):
     dialect = "llamacpp"
     ready_path = "/health"  # refused, then 503 "Loading model", then 200
+    # -c is the context of all slots together (-np of them); llama.cpp has no memory-share knob.
+    memory_params = MemoryParams(context=("ctx_size",), kv_dtype=("cache_type_k",), max_seqs=("parallel",),
+                                 context_is_total=True)
     metric_names = MetricNames(
         generation_tokens="llamacpp:tokens_predicted_total",
         prompt_tokens="llamacpp:prompt_tokens_total",

@@ -18,6 +18,7 @@ from harness.engines.base import (
     EngineSettings,
     FailureCause,
     FeatureExpectation,
+    MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
@@ -73,6 +74,12 @@ class SglangEngine(Engine):
         requests_waiting="sglang:num_queue_reqs",
         # SGLang reports speculative acceptance as a gauge (sglang:spec_accept_length), no counters.
     )
+
+    # Its own names and the vLLM names that FLAGS maps onto them. --mem-fraction-static has no fixed
+    # default (SGLang derives it from the GPU's memory), so an unset one is left unknown.
+    memory_params = MemoryParams(utilization=("mem_fraction_static", "gpu_memory_utilization"),
+                                 context=("context_length", "max_model_len"), kv_dtype=("kv_cache_dtype",),
+                                 max_seqs=("max_running_requests", "max_num_seqs"))
 
     def build_launch(self, settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any],
                      env: Mapping[str, str], port: int) -> LaunchSpec:

@@ -11,6 +11,7 @@ from harness.engines.base import (
     EngineSettings,
     FailureCause,
     FeatureExpectation,
+    MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
@@ -76,6 +77,12 @@ class VllmEngine(Engine):
         requests_running="vllm:num_requests_running",
         requests_waiting="vllm:num_requests_waiting",
     )
+
+    # vLLM 0.19 (the DGX Spark images) defaults --gpu-memory-utilization to 0.9; 0.32.0 to 0.92
+    # (vllm/config/cache.py): the lower one is assumed, so that a fit is never overstated.
+    memory_params = MemoryParams(utilization=("gpu_memory_utilization",), context=("max_model_len",),
+                                 kv_dtype=("kv_cache_dtype",), max_seqs=("max_num_seqs",),
+                                 default_utilization=0.9)
 
     def build_launch(self, settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any],
                      env: Mapping[str, str], port: int) -> LaunchSpec:
