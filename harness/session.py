@@ -1,18 +1,23 @@
-"""Start one config's server, measure workloads on it, stop it: the unit every command uses
-(the search's trials, A/B runs, regression checks)."""
+"""The one door to run a config: `Session.run(request, workloads, measure, quality)` starts (or
+reuses) the config's server, measures the workloads, checks quality and returns a Measurement, or
+raises TrialFailed with the classified cause. The study, A/B, regress, baseline, confirmation and
+bisect runs all go through it; its ServerPool owns server reuse and teardown."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from harness.client import served_model_id
-from harness.engines import Engine, EngineSettings, ModelChoice, StartupInfo, get_engine
+from harness.engines import Engine, EngineSettings, FailureCause, ModelChoice, StartupInfo, get_engine
+from harness.failure import Cause, Failure, TrialFailed
 from harness.fingerprint import fingerprint
 from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wait_ready
 from harness.launch.base import Server
@@ -27,15 +32,12 @@ def _quiet(_: str) -> None:
     return None
 
 
-class LaunchFailed(Exception):
-    """A config's server could not be started; `cause` is a short class (bad_flag, oom, timeout...)."""
+class LaunchFailed(TrialFailed):
+    """The server could not be started (or never became ready)."""
 
-    def __init__(self, cause: str, detail: str, log_tail: list[str], command: str):
-        super().__init__(f"{cause}: {detail}")
-        self.cause = cause
-        self.detail = detail
-        self.log_tail = log_tail
-        self.command = command
+    def __init__(self, cause: str, detail: str, log_tail: list[str], command: str, flag: str | None = None,
+                 value: str | None = None, log_path: str | None = None):
+        super().__init__(Failure(cause, detail, log_tail, flag=flag, value=value), command, log_path)
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,15 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def classify_startup(engine: Engine, exc: StartupError, log_text: str) -> tuple[str, str]:
+def classify_startup(engine: Engine, exc: StartupError, log_text: str) -> FailureCause:
     """Refine the launcher's generic cause (exited/timeout) with what the engine's log says."""
     found = engine.classify_failure(log_text) if log_text else None
-    if exc.cause == "exited" and found:
-        return found.cause, found.line
-    if exc.cause == "timeout" and found and found.cause != "crashed":
+    if exc.cause == Cause.EXITED and found:
+        return found
+    if exc.cause == Cause.TIMEOUT and found and found.cause != "crashed":
         # A fatal line (OOM, bad flag...) is the cause even when the process hung instead of exiting.
-        return found.cause, f"{found.line} (then no exit and not ready: {exc.detail})"
-    return exc.cause, exc.detail
+        return replace(found, line=f"{found.line} (then no exit and not ready: {exc.detail})")
+    return FailureCause(exc.cause, exc.detail)
 
 
 def start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any], env: Mapping[str, str],
@@ -110,14 +112,18 @@ def start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[st
     try:
         server = get_launcher(spec.launcher).start(spec, log_path)
     except StartupError as exc:
-        raise LaunchFailed(exc.cause, exc.detail, exc.log_tail, command) from None
+        raise LaunchFailed(exc.cause, exc.detail, exc.log_tail, command, log_path=str(log_path)) from None
     try:
         progress("loading (waiting for ready)")
         ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s)
     except StartupError as exc:
         server.stop()
-        cause, detail = classify_startup(engine, exc, read_text(log_path))
-        raise LaunchFailed(cause, detail, log_tail(log_path), command) from None
+        found = classify_startup(engine, exc, read_text(log_path))
+        exc_out = LaunchFailed(found.cause, found.line, log_tail(log_path), command, flag=found.flag,
+                               value=found.value, log_path=str(log_path))
+        if found.flag:
+            exc_out.failure.param = engine.param_for_flag(found.flag, flags)
+        raise exc_out from None
     except BaseException:
         server.stop()
         raise
@@ -158,3 +164,173 @@ def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], setti
 async def model_id_of(base_url: str) -> str:
     async with httpx.AsyncClient() as client:
         return await served_model_id(client, base_url)
+
+
+# ---- the one door ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One config to run: how to start its server, and whether a fresh start is required."""
+
+    settings: EngineSettings
+    model: ModelChoice
+    flags: Mapping[str, Any]
+    env: Mapping[str, str]
+    log_dir: Path
+    fresh: bool = False  # never reuse a running server (A/B rounds, confirmation starts)
+
+    @property
+    def launch_key(self) -> str:
+        """Identity of the server: equal keys can share one running server."""
+        s = self.settings
+        return repr((s.name, s.command, s.image, s.python, self.model.name, sorted(self.flags.items(), key=str),
+                     sorted(self.env.items())))
+
+
+@dataclass(frozen=True)
+class QualityPlan:
+    """What the space's `quality:` section asks of every run, with the reference answers."""
+
+    spec: Any  # harness.quality.QualityModel
+    reference: Any = None  # harness.reference.ReferenceAnswers | None
+    timeout_s: float = 120.0
+
+
+@dataclass
+class Measurement:
+    """Everything one run of a config produced."""
+
+    command: str
+    env: dict[str, str]
+    log_path: str
+    ready_s: float
+    reused_server: bool
+    startup: StartupInfo
+    fingerprint: dict[str, Any]
+    workloads: dict[str, WorkloadMeasurement] = field(default_factory=dict)
+    quality: Any = None  # harness.quality.QualityResult | None
+    dialect: str = ""
+
+
+class ServerPool:
+    """Keeps at most one server running (memory on one box allows one big model), reuses it for
+    an equal launch key, and stops it on close, whatever happened."""
+
+    def __init__(self, progress: Progress = _quiet):
+        self.progress = progress
+        self._key: str | None = None
+        self._running: RunningConfig | None = None
+        self._fingerprints: dict[str, dict[str, Any]] = {}
+        self.starts = 0  # every attempted start costs its startup time, failed or not
+        self.reuses = 0
+
+    @property
+    def running(self) -> RunningConfig | None:
+        return self._running
+
+    def acquire(self, request: RunRequest) -> tuple[RunningConfig, bool]:
+        """(a ready server for the request, whether it was reused); raises LaunchFailed."""
+        if (not request.fresh and self._running is not None and self._key == request.launch_key
+                and self._running.alive()):
+            self.reuses += 1
+            return self._running, True
+        self.release()
+        self.starts += 1
+        running = start_config(request.settings, request.model, request.flags, request.env,
+                               free_port(request.settings.host), request.log_dir / "server.log", self.progress,
+                               self._fingerprints)
+        self._key, self._running = request.launch_key, running
+        return running, False
+
+    def release(self) -> None:
+        """Stop the server kept running, if any."""
+        if self._running is not None:
+            self.progress("stopping the server")
+            running, self._running, self._key = self._running, None, None
+            running.stop()
+
+    def __enter__(self) -> ServerPool:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+
+class Session:
+    """Runs configs one at a time through one ServerPool. Use as a context manager (or call
+    close()) so that no server outlives the command."""
+
+    def __init__(self, progress: Progress = _quiet, keep_server: bool = True):
+        self.progress = progress
+        self.pool = ServerPool(progress)
+        self.keep_server = keep_server  # False: stop the server after every run
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.release()
+
+    def server(self, request: RunRequest) -> RunningConfig:
+        """A ready server for the request (for callers that talk to it themselves, e.g. reference
+        capture); it stays in the pool."""
+        return self.pool.acquire(request)[0]
+
+    def run(self, request: RunRequest, workloads: list[WorkloadSpec], measure: MeasureSettings,
+            quality: QualityPlan | None = None, roofline: Roofline | None = None) -> Measurement:
+        """Start or reuse the server, measure every workload, check quality. Raises TrialFailed."""
+        running, reused = self.pool.acquire(request)
+        result = Measurement(command=running.command, env=dict(running.spec.env), log_path=str(running.server.log_path),
+                             ready_s=0.0 if reused else running.ready_s, reused_server=reused,
+                             startup=running.startup, fingerprint=running.fingerprint,
+                             dialect=running.engine.dialect)
+        try:
+            result.workloads = self._measure(running, workloads, measure, roofline, result)
+            if quality is not None and running.alive():
+                self.progress(f"checking quality ({getattr(quality.spec, 'suite', None) or 'reference agreement'})")
+                result.quality = asyncio.run(_assess(running, quality))
+                if result.quality.fatal:  # garbage never wins, whatever its speed
+                    raise TrialFailed(Failure(Cause.DEGENERATE_OUTPUT, result.quality.fatal), result.command,
+                                      result.log_path, result)
+            if not running.alive():
+                cause, detail = running.crash_cause()
+                self.pool.release()
+                raise TrialFailed(Failure(cause, detail, log_tail(running.server.log_path)), result.command,
+                                  result.log_path, result)
+        finally:
+            if not self.keep_server:
+                self.pool.release()
+        return result
+
+    def _measure(self, running: RunningConfig, workloads: list[WorkloadSpec], measure: MeasureSettings,
+                 roofline: Roofline | None, result: Measurement) -> dict[str, WorkloadMeasurement]:
+        try:
+            return measure_running(running, workloads, measure, self.progress, roofline)
+        except httpx.HTTPError as exc:
+            for _ in range(20):  # a killed server may take a moment to be seen as exited
+                if not running.alive():
+                    break
+                time.sleep(0.1)
+            if running.alive():  # alive but not answering (frozen, deadlocked)
+                tail = log_tail(running.server.log_path)
+                self.pool.release()
+                raise TrialFailed(Failure(Cause.UNRESPONSIVE, f"the server stopped answering ({type(exc).__name__})",
+                                          tail), result.command, result.log_path, result) from None
+            return {}  # it died: the caller sees a dead server and records the crash
+
+
+async def _assess(running: RunningConfig, plan: QualityPlan) -> Any:
+    from harness.quality import assess
+
+    return await assess(running.base_url, await model_id_of(running.base_url), running.engine.dialect,
+                        plan.spec, plan.reference, plan.timeout_s)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host if host not in ("0.0.0.0", "") else "127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,8 +1,10 @@
 """Trial results as stored: one JSON document per trial, written atomically, read back strictly.
 
-Everything written here is scrubbed of secrets first: environment variables with secret-looking
-names are redacted by name, and the values of such variables (ours and the engine's) are
-redacted wherever they appear (an argv, a log tail, an error message).
+Everything written here is scrubbed of secrets first (harness.secrets): environment variables with
+secret-looking names are redacted by name, and every known secret value (from such variables, and
+literals written in the space under secret-named keys or flags) is redacted wherever it appears
+(an argv, a log tail, an error message). Reads go through harness.files: bounded size and nesting,
+one-line errors that name the file.
 """
 
 from __future__ import annotations
@@ -11,46 +13,47 @@ import contextlib
 import errno
 import json
 import os
-import re
 import tempfile
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from harness.launch.spec import REDACTED, is_secret_name, scrub_text, secret_values
+from harness import secrets
+from harness.failure import Failure
+from harness.files import InputError, load_json
 
-STATES = ("running", "complete", "failed", "duplicate", "skipped")
+
+class TrialState(StrEnum):
+    """A trial as flagsearch records it (Optuna's own state is derived from it when told).
+
+    complete: measured. failed: no result (see its Failure). duplicate: the same config as an
+    earlier trial, not launched again and not counted in the budget. skipped: never launched
+    (a value the engine rejected before, or a config another worker is running). pruned:
+    measured only until it was clearly worse than the incumbent."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    DUPLICATE = "duplicate"
+    SKIPPED = "skipped"
+    PRUNED = "pruned"
+
+
+STATES = tuple(s.value for s in TrialState)
 
 
 class ResultsError(Exception):
     """A results or baseline file is missing, partial, corrupted or cannot be written."""
 
 
-def scrub(data: Any, secrets: list[str] | None = None) -> Any:
+def scrub(data: Any, known: list[str] | None = None) -> Any:
     """A copy of `data` with secret values replaced, and `env` mappings redacted by name."""
-    secrets = secret_values() if secrets is None else secrets
-    if isinstance(data, str):
-        return scrub_text(data, secrets)
-    if isinstance(data, dict):
-        out = {}
-        for key, value in data.items():
-            if key == "env" and isinstance(value, dict):
-                value = {k: (REDACTED if is_secret_name(str(k)) and not _is_reference(v) else v)
-                         for k, v in value.items()}
-            out[scrub_text(key, secrets) if isinstance(key, str) else key] = scrub(value, secrets)
-        return out
-    if isinstance(data, (list, tuple)):
-        return [scrub(v, secrets) for v in data]
-    return data
+    return secrets.scrub(data, known)
 
 
-_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
-
-
-def _is_reference(value: Any) -> bool:
-    """`${HF_TOKEN}` as written in a space file names a secret without holding it: keep it, so a
-    baseline that pins the space still reads the token from the environment."""
-    return isinstance(value, str) and bool(_REFERENCE.match(value))
+def scrub_text(text: str) -> str:
+    return secrets.scrub_text(text)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -61,6 +64,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         text = json.dumps(scrub(data), indent=1, default=str)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ResultsError(f"{path}: cannot encode the results as JSON: {exc}") from None
+    _write_atomic(path, text)
+
+
+def _write_atomic(path: Path, text: str) -> None:
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,20 +98,16 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """A stored JSON file, read with bounded cost (harness.files); errors name the file and why."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ResultsError(f"{path}: corrupted (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
-    if not text.strip():
-        raise ResultsError(f"{path}: empty file (partial write?)")
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: corrupted or partial JSON ({exc})") from None
+        return load_json(path)
+    except InputError as exc:
+        raise ResultsError(str(exc)) from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Like write_json_atomic for a text file (a Markdown report, JUnit XML), scrubbed the same way."""
+    _write_atomic(path, secrets.scrub_text(text))
 
 
 def read_record(path: Path) -> TrialRecord:
@@ -119,18 +122,11 @@ def read_record(path: Path) -> TrialRecord:
 
 
 @dataclass
-class Failure:
-    cause: str
-    detail: str
-    log_tail: list[str] = field(default_factory=list)
-
-
-@dataclass
 class TrialRecord:
     """Everything one trial learned. Stored in the study (user attrs) and as a JSON file."""
 
     number: int
-    state: str  # complete | failed | duplicate | skipped
+    state: TrialState
     params: dict[str, Any]
     engine: str
     model: str
@@ -167,6 +163,7 @@ class TrialRecord:
         data.setdefault("workloads", {})
         try:
             record = cls(failure=Failure(**failure) if failure else None, **data)
+            record.state = TrialState(record.state) if record.state in STATES else record.state
         except TypeError as exc:
             raise ResultsError(f"trial record does not match the expected fields: {exc}") from None
         _check_record(record)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import optuna
 
+from search.recovery import interrupted_records
 from search.results import TrialRecord
-from search.study import RECORD_ATTR
+from search.trial_index import RECORD_ATTR
 
 
 @dataclass
@@ -57,12 +58,15 @@ class StudyView:
 
 def load_view(study: optuna.Study) -> StudyView:
     records, baseline = [], None
+    interrupted = interrupted_records(study)  # trials of dead workers, recorded on the study
     for t in study.get_trials(deepcopy=False):
         data = t.user_attrs.get(RECORD_ATTR)
         if t.user_attrs.get("baseline") and baseline is None:
             baseline = t.number
         if data:
             records.append(TrialRecord.from_dict(data))
+        elif t.number in interrupted:
+            records.append(interrupted[t.number])
     metrics = study.user_attrs.get("objectives") or [[f"objective_{i}", d.name.lower()]
                                                      for i, d in enumerate(study.directions)]
     return StudyView(study.study_name, [tuple(m) for m in metrics], records, baseline)

@@ -94,11 +94,15 @@ class SearchProcess:
     """`search run --json` as a real child process, its events read as they come."""
 
     def __init__(self, space: Path, results: Path, study: str, trials: int, env: dict[str, str] | None = None,
-                 storage: str | None = None):
+                 storage: str | None = None, sigint: Any = signal.SIG_DFL):
         argv = [sys.executable, "-m", "search.cli", "run", str(space), "--results", str(results), "--study", study,
                 "--trials", str(trials), "--json", *(["--storage", storage] if storage else [])]
+        # The child's SIGINT disposition is set here, not inherited from however the test suite was
+        # started: a suite run as a background job of a script has SIGINT ignored, and so would the
+        # child. `sigint` is what the child starts with (SIG_DFL: a terminal's foreground job).
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
         self.events: list[dict[str, Any]] = []
         self.lines: list[str] = []
         self._cond = threading.Condition()
@@ -207,6 +211,26 @@ def test_search_interrupted_then_resumed(tmp_path: Path, sig: signal.Signals, co
     record_outcome(f"search {sig.name}", f"{sig.name} to `search run` while trial 2 measures", "llama-server",
                    "trial 2: interrupted", f"exit {code}; resume re-ran it as trial #{rerun[0].number}; "
                    "trial 1 kept", "0")
+
+
+def test_search_started_with_sigint_ignored_still_stops_on_sigint(tmp_path: Path) -> None:
+    """`search` installs its SIGINT handler itself: started with SIGINT ignored (a background job of
+    a script, a launcher that ignores it), SIGINT still stops it cleanly with exit 130."""
+    space = write_space(tmp_path, space_doc(trials=2))
+    results = tmp_path / "results"
+    run = SearchProcess(space, results, "i", trials=2, sigint=signal.SIG_IGN)
+    try:
+        run.wait_event(measuring_trial(1))
+        run.proc.send_signal(signal.SIGINT)
+        rc, stderr = run.finish(60)
+    finally:
+        run.kill()
+    assert rc == 130, stderr
+    assert not wait_none_left(run.proc.pid, 5.0)
+    study = load_study(results, "i")
+    assert records(study)[0]["failure"]["cause"] == "interrupted"
+    record_outcome("search SIGINT, ignored at start", "SIGINT to `search run` started with SIGINT ignored",
+                   "llama-server", "trial 1: interrupted", "exit 130 (the tool installs its own handler)", "0")
 
 
 def test_search_sigkilled_then_resumed(tmp_path: Path) -> None:
@@ -326,7 +350,7 @@ class FaultReporter:
 
 def active_pid(runner: StudyRunner) -> int:
     assert runner.active is not None, "no server is running"
-    return int(runner.active.running.server.pid)  # type: ignore[attr-defined]
+    return int(runner.active.server.pid)  # type: ignore[attr-defined]
 
 
 def tagged_ids() -> set[str]:

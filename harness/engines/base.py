@@ -66,6 +66,11 @@ class StartupInfo:
 class FailureCause:
     cause: str  # bad_flag | model_not_found | oom | max_model_len | port_in_use | timeout | crashed ...
     line: str  # the deciding log line, or a short description
+    # bad_flag only, when the log names what was rejected: the flag as the log spells it (map it to a
+    # space parameter with Engine.param_for_flag) and the rejected value as printed. value None: the
+    # flag itself is unknown to this build, so every value of it fails.
+    flag: str | None = None  # the flag the engine rejected, when its log names one
+    value: str | None = None  # and the rejected value, when printed
 
 
 @dataclass(frozen=True)
@@ -198,14 +203,63 @@ def launch_spec(settings: EngineSettings, argv: list[str], env: Mapping[str, str
     )
 
 
+# Lines in which an engine's argument parser names the flag it rejected. `why` holds the parser's
+# reason, from which the rejected value is read (see _rejected_value).
+_REJECTED_FLAG: list[re.Pattern[str]] = [
+    # llama.cpp (common/arg.cpp): a value the flag's handler refused.
+    re.compile(r'error while handling argument "(?P<flag>-[^"]+)": (?P<why>[^\n]*)'),
+    # llama.cpp: a token it does not know. Only a token that looks like a flag is taken: a stray
+    # value (a switch given a value) is named without its flag.
+    re.compile(r"error: invalid argument: (?P<flag>-\S+)"),
+    # argparse (vLLM, SGLang): flags it does not know; the first one is named.
+    re.compile(r"error: unrecognized arguments: (?P<flag>-[^\s=]+)"),
+    # argparse: a value refused by a known flag (`argument --x/-y: invalid choice: 'v' (choose...)`).
+    re.compile(r"error: argument (?P<flag>-[^\s:/]+)(?:/\S+)?: (?P<why>[^\n]*)"),
+]
+
+
+def _rejected_value(why: str) -> str | None:
+    """The value a parser's reason quotes: `... 'maybe'` or a trailing `...: q9_0`; None if none."""
+    quoted = re.search(r"'([^']*)'", why)
+    if quoted:
+        return quoted.group(1)
+    trailing = re.search(r":\s*([^\s:'\"]+)\s*$", why)
+    return trailing.group(1) if trailing else None
+
+
+def rejected_flag(text: str) -> tuple[str, str | None] | None:
+    """(flag, value) of the first rejection a log names, or None.
+
+    value None means the flag itself is unknown. A reason that names no value (`expected value for
+    argument`, `stoi`) tells nothing about which value to avoid, so it gives None as a whole.
+    """
+    for pattern in _REJECTED_FLAG:
+        match = pattern.search(text)
+        if not match:
+            continue
+        flag = match.group("flag")
+        value = None
+        if "why" in pattern.groupindex:
+            value = _rejected_value(match.group("why"))
+            if value is None:
+                continue
+        return flag, value
+    return None
+
+
 def first_match(patterns: list[tuple[str, re.Pattern[str]]], text: str) -> FailureCause | None:
-    """The earliest class whose pattern matches, with the matching line."""
+    """The earliest class whose pattern matches, with the matching line; a bad_flag also carries the
+    flag and value the log names."""
     for cause, pattern in patterns:
         match = pattern.search(text)
         if match:
             start = text.rfind("\n", 0, match.start()) + 1
             end = text.find("\n", match.end())
-            return FailureCause(cause, text[start : end if end != -1 else len(text)].strip()[:500])
+            found = FailureCause(cause, text[start : end if end != -1 else len(text)].strip()[:500])
+            named = rejected_flag(text) if cause == "bad_flag" else None
+            if named:
+                found = FailureCause(cause, found.line, *named)
+            return found
     return None
 
 
@@ -277,3 +331,9 @@ class Engine(ABC):
     def request_extras(self) -> dict[str, Any]:
         """Extra fields this engine needs in a chat request (e.g. to make output length fixed)."""
         return {"ignore_eos": True}
+
+    def thinking_extras(self, on: bool) -> dict[str, Any]:
+        """Chat-request fields that turn the model's thinking on or off (a space's `thinking:`).
+        Default: the chat template's `enable_thinking` switch (Qwen3-style templates), which
+        OpenAI-compatible servers that render Hugging Face templates take as chat_template_kwargs."""
+        return {"chat_template_kwargs": {"enable_thinking": on}}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -62,7 +63,8 @@ _ON_OFF = frozenset({"flash_attn"})
 _FAILURES: list[tuple[str, re.Pattern[str]]] = [
     ("bad_flag", re.compile(r"error: invalid argument|error while handling argument|unknown value for|"
                             r"invalid value|error: unknown argument|"
-                            r"quantized V cache requires flash_attn|requires a draft (?:model|context)", re.I)),
+                            r"quantized V cache requires flash_attn|requires a draft (?:model|context)|"
+                            r"cache type \w+ with block size \d+ does not divide", re.I)),
     ("port_in_use", re.compile(r"couldn't bind HTTP server socket|Address already in use", re.I)),
     ("oom", re.compile(r"out of memory|cudaMalloc failed|failed to allocate (?:\w+ )?buffer|"
                        r"unable to allocate|std::bad_alloc|cannot allocate memory", re.I)),
@@ -72,6 +74,8 @@ _FAILURES: list[tuple[str, re.Pattern[str]]] = [
                                 r"failed to find (?:a )?(?:free )?(?:memory|KV) slot", re.I)),
     ("crashed", re.compile(r"GGML_ASSERT|Segmentation fault|terminate called|Aborted|core dumped")),
 ]
+
+_KV_BLOCK = re.compile(r"[^\n]*\b([KV]) cache type (\w+) with block size \d+ does not divide[^\n]*")
 
 _MIB = r"([\d.]+) MiB"
 
@@ -148,6 +152,14 @@ class LlamaCppEngine(Engine):
             if fixed[0] not in argv:
                 argv += fixed
         return launch_spec(settings, argv, env, port)
+
+    def param_for_flag(self, flag: str, flags: Mapping[str, Any]) -> str | None:
+        wanted = flag.split("=", 1)[0].strip()
+        for name in flags:
+            spellings = {FLAGS.get(name), _NEGATED.get(name), flag_name(name)}
+            if wanted in spellings:
+                return name
+        return None
 
     def parse_startup(self, log_text: str) -> StartupInfo:
         info = StartupInfo()
@@ -230,7 +242,15 @@ class LlamaCppEngine(Engine):
         return info
 
     def classify_failure(self, log_text: str) -> FailureCause | None:
-        return first_match(_FAILURES, log_text)
+        found = first_match(_FAILURES, log_text)
+        if found and found.cause == "bad_flag" and found.flag is None:
+            # A KV cache type whose block does not divide this model's head size: the value is wrong
+            # for this model whatever else is set.
+            block = _KV_BLOCK.search(log_text)
+            if block:
+                param = "cache_type_k" if block.group(1) == "K" else "cache_type_v"
+                found = replace(found, line=block.group(0).strip(), flag=FLAGS[param], value=block.group(2))
+        return found
 
     def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
         spec = flags.get("spec_type")
@@ -264,6 +284,11 @@ class LlamaCppEngine(Engine):
 
     def request_extras(self) -> dict[str, Any]:
         return {"ignore_eos": True}
+
+    def thinking_extras(self, on: bool) -> dict[str, Any]:
+        # llama-server renders the GGUF's Jinja template (--jinja, on by default) and takes the same
+        # per-request chat_template_kwargs; the server-wide equivalent is --reasoning-budget 0 (off).
+        return {"chat_template_kwargs": {"enable_thinking": on}}
 
 
 async def _slot_context(client: httpx.AsyncClient, base_url: str) -> int | None:
