@@ -93,7 +93,12 @@ class ConsoleReporter:
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
+    """A measured number to `digits` significant digits, never in exponent form for large numbers
+    (1234.5 -> "1230", not "1.23e+03")."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}g}"
+    return f"{float(text):.0f}" if "e+" in text else text
 
 
 def print_study(view: StudyView, starts: int | None = None, saved: int | None = None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -359,6 +360,28 @@ def _default_value(param: Any) -> Any:
     return param.default if param.default is not None else param.low
 
 
+FLOAT_DIGITS = 4  # significant digits of a sampled float without a step
+
+
+def _decimals(x: float) -> int:
+    """Decimal places of a number as written: 0.05 -> 2, 1e-05 -> 5, 2.0 -> 0."""
+    exponent = Decimal(repr(float(x))).normalize().as_tuple().exponent
+    return max(0, -int(exponent))
+
+
+def rounded_float(value: float, param: FloatParam) -> float:
+    """A sampled float as the config, the launch command and every display carry it: on the param's
+    step grid (counted from low, as Optuna counts it) with no binary residue, else FLOAT_DIGITS
+    significant digits; clamped into [low, high]. (Optuna keeps its own unrounded copy for the
+    sampler; the config is what runs and what is shown.)"""
+    if param.step:
+        steps = round((value - param.low) / param.step)
+        out = round(param.low + steps * param.step, max(_decimals(param.step), _decimals(param.low)))
+    else:
+        out = float(f"{value:.{FLOAT_DIGITS}g}")
+    return min(max(out, param.low), param.high)
+
+
 class Config(BaseModel):
     """One sampled configuration: engine, model and the values of the active params."""
 
@@ -454,7 +477,8 @@ class Space:
             elif isinstance(dist, optuna.distributions.IntDistribution):
                 value = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
             else:
-                value = trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+                value = rounded_float(trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log),
+                                      param)
             chosen[name] = value
             values[name] = value
         return Config(engine=chosen["engine"], model=chosen["model"], values=values)
