@@ -50,6 +50,7 @@ class RequestResult:
     max_tokens: int | None = None  # what was asked for; output_tokens below it with ignore_eos = cut
     item: str | None = None
     sized_prompt_tokens: int | None = None  # the prompt's size by the server's /tokenize, before sending
+    ttft_kind: str | None = None  # cold | warm, where the workload set it per request
 
     @property
     def e2e_s(self) -> float:
@@ -196,6 +197,8 @@ async def _consume(client: httpx.AsyncClient, base_url: str, body: dict[str, Any
                 result.cached_prompt_tokens = details.get("cached_tokens")
             if chunk.get("timings"):
                 result.server_timings = chunk["timings"]
+                if result.cached_prompt_tokens is None and "cache_n" in chunk["timings"]:
+                    result.cached_prompt_tokens = int(chunk["timings"]["cache_n"])  # llama.cpp's count
 
 
 async def chat_once(client: httpx.AsyncClient, base_url: str, payload: dict[str, Any],

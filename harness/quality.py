@@ -9,32 +9,37 @@ harness/data/quality.yaml. `assess` runs a space's `quality:` section against a 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import os
-import re
-import resource
-import shutil
-import subprocess
-import sys
-import tempfile
-import unicodedata
 from dataclasses import asdict, dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
 import httpx
-import jsonschema
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.client import chat_once
+from harness.quality_checks import (  # re-exported: the checks' public names live here too
+    CATEGORY,
+    KINDS,
+    TRUNCATED_FATAL,
+    AskContext,
+    Check,
+    CheckResult,
+    checks_for,
+    degeneration,
+    judge,
+    judge_async,
+    run_checks,
+    suites,
+)
 from harness.reference import AgreementResult, ReferenceAnswers, ReferenceSpec, compare
+from harness.sandbox import run_code_test
 
-KINDS = ("number", "choice", "contains", "regex", "json", "code")
-CATEGORY = {"number": "exact", "choice": "exact", "contains": "exact", "regex": "exact", "json": "json",
-            "code": "code"}
+__all__ = ["CATEGORY", "KINDS", "Check", "CheckResult", "QualityModel", "QualityResult", "assess", "checks_for",
+           "constraint_names", "constraint_values", "degeneration", "judge", "judge_async", "quality_metrics",
+           "run_checks", "run_code_test", "run_suite", "suites"]
+
+
+RELATIVE = ("max_lost", "min_answer_match")  # requirements judged against the reference's own answers
+AGREEMENT = ("min_agreement", "min_prefix", "max_kl", "max_logprob_diff")
 
 
 class QualityModel(BaseModel):
@@ -43,11 +48,16 @@ class QualityModel(BaseModel):
     Requirements left at None are measured and reported but do not constrain the search."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    suite: str | None = "smoke"  # a suite in harness/data/quality.yaml; None: no spot-checks
-    min_score: float = Field(default=1.0, ge=0, le=1)  # fraction of all checks passed
+    # A shipped suite (harness/data/quality*.yaml: smoke, hard, big) or a .yaml file of your own checks.
+    suite: str | None = "smoke"
+    min_score: float | None = Field(default=1.0, ge=0, le=1)  # fraction of all checks passed (absolute)
     min_exact: float | None = Field(default=None, ge=0, le=1)  # fraction of exact-answer checks
     json_valid: float | None = Field(default=None, ge=0, le=1)  # fraction of JSON checks valid
     code_pass: float | None = Field(default=None, ge=0, le=1)  # fraction of code checks passing
+    # Relative to the reference config's own suite answers (a small model fails most hard checks;
+    # what matters is what THIS config loses against the reference of the same checkpoint family):
+    max_lost: int | None = Field(default=None, ge=0)  # checks the reference passed that this config fails
+    min_answer_match: float | None = Field(default=None, ge=0, le=1)  # answers identical to the reference's
     min_agreement: float | None = Field(default=None, ge=0, le=1)  # prompts with identical greedy output
     min_prefix: float | None = Field(default=None, ge=0, le=1)  # mean matched-prefix fraction
     max_kl: float | None = Field(default=None, ge=0)  # mean top-k KL vs the reference, nats/token
@@ -57,19 +67,31 @@ class QualityModel(BaseModel):
     # Checks in flight at once. 1 keeps each answer independent of batch composition; on a GPU,
     # where a batch of 13 short answers costs about as much as one, 4-16 cuts the suite's share.
     concurrency: int = Field(default=1, ge=1, le=64)
+    thinking: bool | None = None  # None: the chat template's default; else mapped per engine
+    context_scale: float = Field(default=1.0, gt=0, le=1)  # needle contexts (small models: 0.1)
 
     @model_validator(mode="before")
     @classmethod
     def _reference_implied(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("reference") is None and any(
-                data.get(k) is not None for k in ("min_agreement", "min_prefix", "max_kl", "max_logprob_diff")):
+        if not isinstance(data, dict):
+            return data
+        if data.get("reference") is None and any(data.get(k) is not None for k in (*AGREEMENT, *RELATIVE)):
             data = {**data, "reference": {}}
+        if isinstance(data.get("reference"), dict) and data.get("suite", "smoke"):
+            # The reference answers the same suite, the same way, whenever the suite is judged relatively.
+            relative = any(data.get(k) is not None for k in RELATIVE)
+            data = {**data, "reference": {**data["reference"], **({
+                "suite": data.get("suite", "smoke"), "thinking": data.get("thinking"),
+                "context_scale": data.get("context_scale", 1.0),
+                "check_timeout_s": data.get("check_timeout_s", 10.0)} if relative else {})}}
         return data
 
     @model_validator(mode="after")
     def _known_suite(self) -> QualityModel:
-        if self.suite is not None and self.suite not in suites():
-            raise ValueError(f"suite {self.suite!r} is not one of {sorted(suites())}")
+        if self.suite is not None:
+            checks_for(self.suite)  # raises ValueError naming the suite or the file
+        if self.suite is None and any(getattr(self, k) is not None for k in RELATIVE):
+            raise ValueError(f"{' / '.join(RELATIVE)} need a suite")
         if self.reference is not None:
             from harness.reference import prompt_sets
 
@@ -77,37 +99,46 @@ class QualityModel(BaseModel):
                 raise ValueError(f"reference.prompts {self.reference.prompts!r} is not one of {sorted(prompt_sets())}")
         return self
 
+    def ask_context(self, dialect: str | None) -> AskContext:
+        return ask_context(dialect, self.thinking, self.context_scale)
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    kind: str  # number | choice | contains | regex | json | code
-    prompt: str
-    max_tokens: int = 64
-    expect: tuple[str, ...] = ()  # contains: any of these; choice: the right letter
-    value: float | None = None  # number: the right value
-    tolerance: float = 1e-6  # number: relative tolerance
-    pattern: str | None = None
-    schema: dict[str, Any] | None = None
-    equals: dict[str, Any] | None = None  # json: fields that must have these values
-    test: str | None = None  # code: Python appended to the answer's code; must exit 0
-    allow_truncation: bool = False
 
-    @property
-    def category(self) -> str:
-        return CATEGORY[self.kind]
+def ask_context(dialect: str | None, thinking: bool | None, context_scale: float) -> AskContext:
+    """Request extras for the suite: thinking on/off as the engine module spells it."""
+    extras: dict[str, Any] = {}
+    if thinking is not None and dialect:
+        from harness.engines import get_engine
+
+        extras = get_engine(dialect).thinking_extras(thinking)
+    elif thinking is not None:
+        extras = {"chat_template_kwargs": {"enable_thinking": thinking}}
+    return AskContext(extras, context_scale, dialect)
 
 
 @dataclass
-class CheckResult:
-    name: str
-    passed: bool
-    answer: str
-    reason: str
-    category: str = "exact"
-    finish_reason: str | None = None
-    degenerate: str | None = None  # why the answer is garbage (fails the trial outright)
-    truncated: bool = False  # cut at max_tokens
+class Relative:
+    """This config's suite answers against the reference config's."""
+
+    lost: list[str]  # checks the reference passed and this config fails
+    gained: list[str]  # the other way round
+    answer_match: float  # fraction of checks whose answer text is identical
+    reference_score: float
+    compared: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def relative_to(results: list[CheckResult], reference: ReferenceAnswers) -> Relative | None:
+    ref = {c["name"]: c for c in reference.checks}
+    common = [r for r in results if r.name in ref]
+    if not common:
+        return None
+    lost = [r.name for r in common if ref[r.name]["passed"] and not r.passed]
+    gained = [r.name for r in common if r.passed and not ref[r.name]["passed"]]
+    match = sum(r.answer.strip() == str(ref[r.name]["answer"]).strip() for r in common) / len(common)
+    score = sum(bool(ref[r.name]["passed"]) for r in common) / len(common)
+    return Relative(lost, gained, match, score, len(common))
 
 
 @dataclass
@@ -119,6 +150,7 @@ class QualityResult:
     error: str | None = None
     categories: dict[str, float] = field(default_factory=dict)  # category -> fraction passed
     agreement: AgreementResult | None = None
+    relative: Relative | None = None
     violations: list[str] = field(default_factory=list)  # requirement -> why it failed
     elapsed_s: float = 0.0
 
@@ -139,236 +171,8 @@ class QualityResult:
         return {"suite": self.suite, "score": self.score, "passed": self.passed, "error": self.error,
                 "fatal": self.fatal, "categories": self.categories, "violations": self.violations,
                 "elapsed_s": self.elapsed_s, "checks": [asdict(c) for c in self.checks],
-                "agreement": self.agreement.to_dict() if self.agreement else None}
-
-
-@cache
-def suites() -> dict[str, tuple[Check, ...]]:
-    data = yaml.safe_load(resources.files("harness").joinpath("data/quality.yaml").read_text())
-    out = {}
-    for suite, checks in data["suites"].items():
-        parsed = []
-        for c in checks:
-            check = Check(**{**c, "expect": tuple(str(e) for e in c.get("expect", ()))})
-            if check.kind not in KINDS:
-                raise ValueError(f"quality.yaml: {suite}.{check.name}: unknown kind {check.kind!r}")
-            parsed.append(check)
-        out[suite] = tuple(parsed)
-    return out
-
-
-# ---- degeneration ------------------------------------------------------------------------------
-
-TRUNCATED_FATAL = 0.5  # this fraction of answers cut at max_tokens: the model does not stop
-
-
-def degeneration(answer: str) -> str | None:
-    """Why an answer is garbage rather than merely wrong, or None. Deliberately coarse: a tiny model
-    answering wrongly passes this; a broken one looping, emitting bytes or nothing does not.
-    Truncation is judged over the whole suite (QualityResult.fatal): one verbose answer cut at
-    max_tokens fails its check, most answers cut means the model no longer stops."""
-    text = answer.strip()
-    if not text:
-        return "empty answer"
-    odd = sum(1 for ch in text if ch == "\ufffd" or (unicodedata.category(ch) in ("Cc", "Cn", "Co", "Cs")
-                                                      and ch not in "\n\t\r"))
-    if odd / len(text) > 0.02:
-        return f"non-text output ({odd} control/invalid characters of {len(text)})"
-    loop = _tail_loop(text)
-    if loop:
-        return loop
-    words = text.split()
-    if len(words) >= 24 and len(set(words)) / len(words) < 0.2:
-        return f"distinct-token collapse ({len(set(words))} distinct of {len(words)} words)"
-    return None
-
-
-def _tail_loop(text: str) -> str | None:
-    """A unit of 1..60 characters repeated back-to-back at the end, covering at least 40 characters
-    and 4 repeats (e.g. 'the the the ...', '!!!!!!!!', a sentence over and over)."""
-    tail = text[-400:]
-    for period in range(1, 61):
-        unit = tail[-period:]
-        reps = 1
-        while reps * period + period <= len(tail) and tail[-(reps + 1) * period:-reps * period] == unit:
-            reps += 1
-        if reps >= 4 and reps * period >= 40:
-            return f"repetition loop ({unit[:30]!r} x{reps})"
-    return None
-
-
-# ---- judging -----------------------------------------------------------------------------------
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def _numbers(text: str) -> list[float]:
-    out = []
-    for m in _NUMBER.finditer(text):
-        try:
-            out.append(float(m.group(0).replace(",", "")))
-        except ValueError:
-            continue
-    return out
-
-
-def _extract_json(text: str) -> Any:
-    """The first JSON value in the answer, tolerating a fenced code block around it."""
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
-    candidate = fenced.group(1) if fenced else text
-    start = min((i for i in (candidate.find("{"), candidate.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        raise ValueError("no JSON object or array in the answer")
-    value, _ = json.JSONDecoder().raw_decode(candidate[start:])
-    return value
-
-
-def _extract_code(text: str) -> str:
-    blocks = re.findall(r"```(?:python|py)?[ \t]*\n(.*?)```", text, re.S)
-    if blocks:
-        return "\n".join(blocks)
-    start = text.find("```")  # an unclosed fence: everything after it
-    return text[start + 3:].split("\n", 1)[-1] if start >= 0 else text
-
-
-def judge(check: Check, answer: str) -> CheckResult:
-    """Score one answer (code checks run a subprocess: use judge_async from async code)."""
-    cat = check.category
-    if check.kind == "number":
-        assert check.value is not None, f"{check.name}: a number check needs `value`"
-        nums = _numbers(answer)  # the last number: "2 + 2 = 4", "The answer is 7."
-        ok = bool(nums) and math.isclose(nums[-1], check.value, rel_tol=check.tolerance, abs_tol=check.tolerance)
-        return CheckResult(check.name, ok, answer, "right number" if ok else
-                           f"expected {check.value:g}, last number is {nums[-1]:g}" if nums else "no number", cat)
-    if check.kind == "choice":
-        m = re.search(r"\b([A-E])\b", answer)
-        got = m.group(1) if m else None
-        ok = got is not None and got in check.expect
-        return CheckResult(check.name, ok, answer, f"chose {got}" + ("" if ok else f", expected {check.expect[0]}"),
-                           cat)
-    if check.kind == "contains":
-        low = answer.lower()
-        ok = any(e.lower() in low for e in check.expect)
-        return CheckResult(check.name, ok, answer, "found" if ok else f"none of {list(check.expect)} in answer", cat)
-    if check.kind == "regex":
-        ok = bool(check.pattern and re.search(check.pattern, answer))
-        return CheckResult(check.name, ok, answer, "matched" if ok else f"no match for {check.pattern!r}", cat)
-    if check.kind == "json":
-        try:
-            value = _extract_json(answer)
-            if check.schema:
-                jsonschema.validate(value, check.schema)
-            for key, want in (check.equals or {}).items():
-                if not isinstance(value, dict) or value.get(key) != want:
-                    got = value.get(key) if isinstance(value, dict) else None
-                    raise ValueError(f"{key} is {got!r}, expected {want!r}")
-        except (ValueError, jsonschema.ValidationError) as exc:
-            return CheckResult(check.name, False, answer, f"{type(exc).__name__}: {str(exc)[:200]}", cat)
-        return CheckResult(check.name, True, answer, "valid JSON" + (" matching the schema" if check.schema else ""),
-                           cat)
-    if check.kind == "code":
-        ok, why = run_code_test(_extract_code(answer), check.test or "", 10.0)
-        return CheckResult(check.name, ok, answer, why, cat)
-    raise ValueError(f"unknown check kind {check.kind!r}")
-
-
-async def judge_async(check: Check, answer: str, timeout_s: float) -> CheckResult:
-    if check.kind == "code":
-        ok, why = await asyncio.to_thread(run_code_test, _extract_code(answer), check.test or "", timeout_s)
-        return CheckResult(check.name, ok, answer, why, check.category)
-    return judge(check, answer)
-
-
-# ---- running model-written code ----------------------------------------------------------------
-
-# Prepended to model code: no sockets even where a network namespace is unavailable.
-_NO_NET = ("import socket as _socket\n"
-           "def _no_network(*a, **k):\n    raise OSError('network is disabled in quality checks')\n"
-           "_socket.socket = _no_network\n_socket.create_connection = _no_network\n"
-           "_socket.getaddrinfo = _no_network\ndel _socket\n")
-
-
-@cache
-def _netns_prefix() -> tuple[str, ...]:
-    """`unshare -rn` gives the child an empty network namespace (no interfaces but a down loopback)."""
-    exe = shutil.which("unshare")
-    if not exe:
-        return ()
-    try:
-        ok = subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return (exe, "-rn") if ok else ()
-
-
-def _limits(cpu_s: int) -> None:  # runs in the child between fork and exec
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def run_code_test(code: str, test: str, timeout_s: float = 10.0) -> tuple[bool, str]:
-    """Run model code + its test in a separate, isolated Python: `-I -S` (no site, no env vars, no
-    cwd on the path), an empty environment, a scratch cwd, CPU/memory/file limits, no network
-    namespace where the kernel allows it, and a wall-clock timeout. Pass = exit status 0."""
-    if not code.strip():
-        return False, "no code in the answer"
-    with tempfile.TemporaryDirectory(prefix="flagsearch-code-") as tmp:
-        path = os.path.join(tmp, "check.py")
-        with open(path, "w") as fh:
-            fh.write(_NO_NET + "\n" + code + "\n\n# ---- test ----\n" + test + "\n")
-        argv = [*_netns_prefix(), sys.executable, "-I", "-S", path]
-        try:
-            proc = subprocess.run(argv, cwd=tmp, env={}, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=timeout_s, preexec_fn=lambda: _limits(max(1, int(timeout_s))),
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return False, f"timed out after {timeout_s:g} s"
-    if proc.returncode == 0:
-        return True, "test passed"
-    err = proc.stderr.decode(errors="replace").strip().splitlines()
-    return False, f"test failed (exit {proc.returncode}): {err[-1][:200] if err else 'no output'}"
-
-
-# ---- running a suite ---------------------------------------------------------------------------
-
-async def _ask(client: httpx.AsyncClient, base_url: str, model_id: str, check: Check,
-               timeout_s: float) -> tuple[str, str | None]:
-    payload = {"model": model_id, "messages": [{"role": "user", "content": check.prompt}],
-               "max_tokens": check.max_tokens, "temperature": 0.0}
-    body = await chat_once(client, base_url, payload, timeout_s)
-    choice = body["choices"][0]
-    return choice["message"].get("content") or "", choice.get("finish_reason")
-
-
-async def run_checks(base_url: str, model_id: str, checks: tuple[Check, ...], timeout_s: float = 120.0,
-                     code_timeout_s: float = 10.0, concurrency: int = 1) -> list[CheckResult]:
-    """Ask each check's prompt (temperature 0, `concurrency` at a time) and judge the answers, in order."""
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(client: httpx.AsyncClient, check: Check) -> CheckResult:
-        async with gate:
-            try:
-                answer, finish = await _ask(client, base_url, model_id, check, timeout_s)
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                return CheckResult(check.name, False, "", f"request failed: {type(exc).__name__}: {exc}",
-                                   check.category)
-        result = await judge_async(check, answer, code_timeout_s)
-        result.finish_reason = finish
-        result.truncated = finish == "length"
-        result.degenerate = degeneration(answer)
-        if result.degenerate:
-            result.passed = False
-            result.reason = f"degenerate: {result.degenerate}"
-        elif result.truncated and not check.allow_truncation and result.passed:
-            result.passed = False
-            result.reason = "truncated at max_tokens (the answer did not finish)"
-        return result
-
-    async with httpx.AsyncClient() as client:
-        return list(await asyncio.gather(*(one(client, c) for c in checks)))
+                "agreement": self.agreement.to_dict() if self.agreement else None,
+                "relative": self.relative.to_dict() if self.relative else None}
 
 
 def _summarise(suite: str, results: list[CheckResult]) -> QualityResult:
@@ -385,7 +189,7 @@ def _summarise(suite: str, results: list[CheckResult]) -> QualityResult:
 
 async def run_suite(base_url: str, model_id: str, suite: str = "smoke", timeout_s: float = 120.0) -> QualityResult:
     """The spot-checks of one suite (no reference agreement); passed = every check passed."""
-    results = await run_checks(base_url, model_id, suites()[suite], timeout_s)
+    results = await run_checks(base_url, model_id, checks_for(suite), timeout_s)
     return _summarise(suite, results)
 
 
@@ -398,9 +202,11 @@ async def assess(base_url: str, model_id: str, dialect: str, quality: QualityMod
     loop = asyncio.get_running_loop()
     start = loop.time()
     if quality.suite:
-        results = await run_checks(base_url, model_id, suites()[quality.suite], timeout_s, quality.check_timeout_s,
-                                   quality.concurrency)
+        results = await run_checks(base_url, model_id, checks_for(quality.suite), timeout_s, quality.check_timeout_s,
+                                   quality.concurrency, quality.ask_context(dialect))
         result = _summarise(quality.suite, results)
+        if reference is not None and reference.checks:
+            result.relative = relative_to(results, reference)
     else:
         result = QualityResult("", 1.0, True)
     if quality.reference is not None and reference is not None:
@@ -420,6 +226,10 @@ def quality_metrics(result: QualityResult) -> dict[str, float]:
            "quality.elapsed_s": result.elapsed_s}
     for cat, frac in result.categories.items():
         out[f"quality.{cat}"] = frac
+    rel = result.relative
+    if rel is not None:
+        out.update({"quality.lost": float(len(rel.lost)), "quality.gained": float(len(rel.gained)),
+                    "quality.answer_match": rel.answer_match, "quality.reference_score": rel.reference_score})
     a = result.agreement
     if a is not None:
         out.update({"quality.agreement": a.exact, "quality.prefix": a.prefix, "quality.kl": a.mean_kl,
@@ -430,14 +240,13 @@ def quality_metrics(result: QualityResult) -> dict[str, float]:
 def _requirements(quality: QualityModel) -> list[tuple[str, str, str, float]]:
     """(name, metric, op, threshold) for every requirement the space set."""
     reqs: list[tuple[str, str, str, float]] = []
-    if quality.suite:
-        reqs.append(("min_score", "quality.score", ">=", quality.min_score))
-    for name, metric, op in (("min_exact", "quality.exact", ">="), ("json_valid", "quality.json", ">="),
-                             ("code_pass", "quality.code", ">="), ("min_agreement", "quality.agreement", ">="),
-                             ("min_prefix", "quality.prefix", ">="), ("max_kl", "quality.kl", "<="),
-                             ("max_logprob_diff", "quality.logprob_diff", "<=")):
+    for name, metric, op in (("min_score", "quality.score", ">="), ("min_exact", "quality.exact", ">="),
+                             ("json_valid", "quality.json", ">="), ("code_pass", "quality.code", ">="),
+                             ("min_agreement", "quality.agreement", ">="), ("min_prefix", "quality.prefix", ">="),
+                             ("max_kl", "quality.kl", "<="), ("max_logprob_diff", "quality.logprob_diff", "<="),
+                             ("max_lost", "quality.lost", "<="), ("min_answer_match", "quality.answer_match", ">=")):
         threshold = getattr(quality, name)
-        if threshold is not None:
+        if threshold is not None and (quality.suite or name != "min_score"):
             reqs.append((name, metric, op, float(threshold)))
     return reqs
 
@@ -455,7 +264,8 @@ def _violations(result: QualityResult, quality: QualityModel, have_reference: bo
     return out
 
 
-_AGREEMENT = ("quality.agreement", "quality.prefix", "quality.kl", "quality.logprob_diff")
+_AGREEMENT = ("quality.agreement", "quality.prefix", "quality.kl", "quality.logprob_diff", "quality.lost",
+              "quality.answer_match")
 
 
 def constraint_names(quality: QualityModel) -> list[str]:

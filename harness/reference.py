@@ -46,6 +46,12 @@ class ReferenceSpec(BaseModel):
     prompts: str = "default"  # a prompt set under `agreement:` in harness/data/quality.yaml
     tokens: int = Field(default=32, ge=1, le=512)  # length of the reference continuation
     top_k: int = Field(default=5, ge=1, le=20)  # logprobs kept per position
+    # Filled from the quality section when the suite is judged relatively (max_lost,
+    # min_answer_match): the reference config answers the same suite the same way, once.
+    suite: str | None = None
+    thinking: bool | None = None
+    context_scale: float = Field(default=1.0, gt=0, le=1)
+    check_timeout_s: float = Field(default=10.0, gt=0, le=120)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class ReferenceAnswers:
     items: list[ReferenceContinuation]
     created_s: float = field(default_factory=time.time)
     capture_s: float = 0.0
+    checks: list[dict[str, Any]] = field(default_factory=list)  # the suite on the reference: name, passed, answer
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -107,7 +114,7 @@ class ReferenceAnswers:
                        for p in i["positions"]]) for i in data["items"]]
         return cls(key=data["key"], model=data["model"], config=dict(data["config"]), dialect=data["dialect"],
                    tokens=data["tokens"], top_k=data["top_k"], items=items, created_s=data.get("created_s", 0.0),
-                   capture_s=data.get("capture_s", 0.0))
+                   capture_s=data.get("capture_s", 0.0), checks=list(data.get("checks") or []))
 
 
 def reference_config(defaults: Mapping[str, Any], spec: ReferenceSpec) -> dict[str, Any]:
@@ -118,8 +125,13 @@ def reference_config(defaults: Mapping[str, Any], spec: ReferenceSpec) -> dict[s
 def reference_key(model: str, config: Mapping[str, Any], spec: ReferenceSpec) -> str:
     """Stable key of a reference: model, reference config, prompt texts, length and top-k."""
     prompts = [asdict(p) for p in prompt_sets()[spec.prompts]]
-    blob = json.dumps({"model": model, "config": dict(config), "prompts": prompts, "tokens": spec.tokens,
-                       "top_k": spec.top_k}, sort_keys=True, default=str)
+    key: dict[str, Any] = {"model": model, "config": dict(config), "prompts": prompts, "tokens": spec.tokens,
+                           "top_k": spec.top_k}
+    if spec.suite:  # the checks' content too: an edited check file needs new reference answers
+        from harness.quality_checks import checks_for
+
+        key["suite"] = [spec.suite, spec.thinking, spec.context_scale, [asdict(c) for c in checks_for(spec.suite)]]
+    blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -231,9 +243,17 @@ async def capture_reference(base_url: str, model_id: str, dialect: str, spec: Re
             ids = await tokenize(client, base_url, model_id, dialect, prompt.text, timeout_s)
             positions, text = await generate(client, base_url, model_id, ids, spec.tokens, spec.top_k, timeout_s)
             items.append(ReferenceContinuation(prompt.name, ids, [p.token for p in positions], text, positions))
+    checks: list[dict[str, Any]] = []
+    if spec.suite:
+        from harness.quality import ask_context
+        from harness.quality_checks import checks_for, run_checks
+
+        results = await run_checks(base_url, model_id, checks_for(spec.suite), timeout_s, spec.check_timeout_s,
+                                   1, ask_context(dialect, spec.thinking, spec.context_scale))
+        checks = [{"name": r.name, "passed": r.passed, "answer": r.answer, "reason": r.reason} for r in results]
     return ReferenceAnswers(key=reference_key(model, config, spec), model=model, config=dict(config),
                             dialect=dialect, tokens=spec.tokens, top_k=spec.top_k, items=items,
-                            capture_s=time.monotonic() - start)
+                            capture_s=time.monotonic() - start, checks=checks)
 
 
 # ---- comparing ---------------------------------------------------------------------------------

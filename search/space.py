@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.engines import DIALECTS, EngineSettings, ModelChoice
 from harness.launch.spec import Volume
 from harness.quality import QualityModel
+from harness.user_prompts import PromptSource
+from harness.user_prompts import validate as validate_source
 from harness.workloads import WorkloadSpec, catalogue
 
 Scalar = str | int | float | bool | None
@@ -202,10 +204,32 @@ class FixedParam(ParamBase):
 Param = Annotated[CategoricalParam | IntParam | FloatParam | BoolParam | FixedParam, Field(discriminator="type")]
 
 
+class PromptSourceModel(Strict):
+    """The user's own prompts (harness/user_prompts.py): a file, or a folder of documents."""
+
+    path: str
+    format: Literal["jsonl", "sharegpt", "documents"] = "jsonl"
+    replay: bool = False
+    time_scale: float = Field(default=1.0, gt=0)
+    limit: int | None = Field(default=None, ge=1)
+    context_tokens: int = Field(default=4096, ge=0)
+    questions: list[str] = Field(default=["Using only the documents above, what are their three main topics?"],
+                                 min_length=1)
+    max_tokens: int = Field(default=256, ge=1)
+
+    def to_source(self) -> PromptSource:
+        source = PromptSource(**{**self.model_dump(), "questions": tuple(self.questions)})
+        validate_source(source)  # a missing or unreadable file is a space error, before any trial
+        return source
+
+
 class WorkloadModel(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
     profile: str | None = None
     streams: list[str] | None = None
+    source: PromptSourceModel | None = None
+    concurrency: int = Field(default=1, ge=1)  # streams of a `source` workload
+    thinking: bool | None = None  # None: the chat template's default; mapped per engine
     requests_per_stream: int = Field(default=1, ge=1)
     scale: float = Field(default=1.0, gt=0)
     context_scale: float | None = Field(default=None, gt=0)
@@ -218,8 +242,10 @@ class WorkloadModel(Strict):
     @model_validator(mode="after")
     def _streams(self) -> WorkloadModel:
         items, profiles = catalogue()
-        if (self.profile is None) == (self.streams is None):
-            raise ValueError("give exactly one of `profile` or `streams`")
+        if sum(x is not None for x in (self.profile, self.streams, self.source)) != 1:
+            raise ValueError("give exactly one of `profile`, `streams` or `source`")
+        if self.source is not None:
+            self.source.to_source()
         if self.profile is not None and self.profile not in profiles:
             raise ValueError(f"unknown profile {self.profile!r} (known: {', '.join(profiles)})")
         for item in self.streams or []:
@@ -430,7 +456,7 @@ class Space:
         request = request or {}
         out = []
         for w in self.m.workloads:
-            streams = tuple(w.streams or profiles[w.profile or ""])
+            streams = tuple(w.streams or (profiles[w.profile] if w.profile else ("source",) * w.concurrency))
             if request.get("concurrency"):
                 n = int(request["concurrency"])
                 streams = tuple(streams[i % len(streams)] for i in range(n))
@@ -439,7 +465,8 @@ class Space:
                 requests_per_stream=int(request.get("requests_per_stream") or w.requests_per_stream),
                 scale=w.scale, context_scale=w.context_scale, output_scale=w.output_scale,
                 max_tokens=request.get("max_tokens") or w.max_tokens, warm=w.warm,
-                rate=request.get("rate") or w.rate, seed=w.seed))
+                rate=request.get("rate") or w.rate, seed=w.seed, thinking=w.thinking,
+                source=w.source.to_source() if w.source else None))
         return out
 
     def _active(self, when: dict[str, Any], chosen: dict[str, Any]) -> bool:

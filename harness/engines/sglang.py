@@ -141,6 +141,10 @@ class SglangEngine(Engine):
                            messages: list[dict[str, str]]) -> TokenCount:
         return await count_tokens_via_usage(client, base_url, model_id, messages)
 
+    def thinking_extras(self, on: bool) -> dict[str, Any]:
+        # SGLang's OpenAI server passes chat_template_kwargs to the template, as vLLM does.
+        return {"chat_template_kwargs": {"enable_thinking": on}}
+
 
 def sglang_flags(flags: Mapping[str, Any]) -> list[str]:
     rest = dict(flags)

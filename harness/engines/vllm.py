@@ -147,6 +147,10 @@ class VllmEngine(Engine):
     def request_extras(self) -> dict[str, Any]:
         return {"ignore_eos": True}
 
+    def thinking_extras(self, on: bool) -> dict[str, Any]:
+        # Per request; the server-wide default is --default-chat-template-kwargs '{"enable_thinking": false}'.
+        return {"chat_template_kwargs": {"enable_thinking": on}}
+
 
 def _spec_tokens(flags: Mapping[str, Any]) -> int:
     method = flags.get("speculative_method")
