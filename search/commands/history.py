@@ -1,0 +1,40 @@
+"""`search history NAME`: a baseline's gate results over time, drift detection, export and plot."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from search import history
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    rows = history.load(args.baseline, args.dir)
+    if not rows:
+        print(f"no history for {args.baseline} in {args.dir or history.history_dir()}")
+        return 2
+    for r in rows[-args.last:]:
+        print(f"{r['time']}  {r['source']:8s} {r['metric']:28s} {r['verdict']:12s} "
+              f"B {r['median_b']:.4g}  B/A {100 * ((r['ratio'] or 1) - 1):+.1f}%  {r['candidate']}")
+    drifts = [d for s in ("median_b", "ratio") for d in history.detect_drift(rows, args.min_effect, s)]
+    for d in drifts:
+        print(d.describe())
+    if args.export:
+        print(f"wrote {history.export(rows, Path(args.export))}")
+    if args.plot:
+        metric = args.metric or rows[-1]["metric"]
+        print(f"wrote {history.plot_history(rows, metric, Path(args.plot))}")
+    return 1 if any(d.flagged for d in drifts) else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("history", help="a baseline's regress/nightly results over time; flags slow drifts "
+                                       "(exit 1 when one is found)")
+    p.add_argument("baseline", help="baseline name")
+    p.add_argument("--dir", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
+    p.add_argument("--last", type=int, default=20, help="rows to print (default 20)")
+    p.add_argument("--min-effect", type=float, default=0.03, help="a drift smaller than this is not flagged")
+    p.add_argument("--export", help="write the history as .csv or .parquet")
+    p.add_argument("--plot", help="plot one metric's B/A trend with CIs to this .png/.svg")
+    p.add_argument("--metric", help="the metric to plot (default: the newest row's)")
+    p.set_defaults(func=cmd_history)

@@ -1,0 +1,83 @@
+"""The bisection logic of `search bisect` (pure: verdicts in, next probe out) and its state file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from search.commands.bisect import Probe, Step, next_step
+
+
+def drive(n: int, verdict: Callable[[int, int, int], str], rounds: int = 3,
+          max_rounds: int = 9) -> tuple[Step, list[Probe]]:
+    """Run the state machine with a verdict oracle (good index, probe index, rounds so far)."""
+    probes: list[Probe] = []
+    for _ in range(100):
+        step = next_step(n, probes, rounds, max_rounds)
+        if step.kind == "done":
+            return step, probes
+        if not probes or probes[-1].final or (probes[-1].good, probes[-1].build) != (step.good, step.build):
+            probes.append(Probe(good=step.good, build=step.build))
+        p = probes[-1]
+        p.rounds += step.rounds
+        p.verdict = verdict(p.good, p.build, p.rounds)
+        p.final = p.verdict != "inconclusive"
+    raise AssertionError("bisection did not stop")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 13])
+def test_finds_every_first_bad_build(n: int) -> None:
+    for k in range(1, n):
+        step, probes = drive(n, lambda g, b, _r, k=k: "regressed" if g < k <= b else "unchanged")
+        assert (step.outcome, step.first_bad) == ("found", k)
+        # First the whole range, then halving: about log2(n) + 1 probes.
+        assert probes[0].build == n - 1
+        assert len(probes) <= n.bit_length() + 1
+
+
+def test_no_regression_is_one_probe() -> None:
+    step, probes = drive(6, lambda *_: "improved")
+    assert step.outcome == "none"
+    assert [(p.good, p.build) for p in probes] == [(0, 5)]
+
+
+def test_inconclusive_probe_gets_more_rounds_then_is_set_aside() -> None:
+    # Build 2 stays inconclusive; 3 is the first regressed build: the answer is the range 2..3.
+    def oracle(g: int, b: int, _r: int) -> str:
+        if b == 2:
+            return "inconclusive"
+        return "regressed" if g < 3 <= b else "unchanged"
+
+    step, probes = drive(6, oracle, rounds=3, max_rounds=9)
+    assert step.outcome == "inconclusive"
+    assert step.range_ == (2, 3)
+    two = [p for p in probes if p.build == 2]
+    assert len(two) == 1 and two[0].rounds == 9  # 3 + 3 + 3: extended up to the cap, once
+
+
+def test_inconclusive_that_settles_with_more_rounds() -> None:
+    step, probes = drive(4, lambda g, b, r: "inconclusive" if r < 6 else ("regressed" if b >= 2 > g else "unchanged"))
+    assert (step.outcome, step.first_bad) == ("found", 2)
+    assert all(p.rounds == 6 for p in probes)
+
+
+def test_a_build_that_fails_is_skipped() -> None:
+    def oracle(bad: int, first: int) -> Callable[[int, int, int], str]:
+        return lambda g, b, _r: "error" if b == bad else ("regressed" if g < first <= b else "unchanged")
+
+    step, _ = drive(8, oracle(2, 4))
+    assert (step.outcome, step.first_bad) == ("found", 4)
+    # A failed build right before the first bad one: either could be first; the range says so.
+    step, _ = drive(8, oracle(3, 4))
+    assert step.outcome == "inconclusive" and step.range_ == (3, 4)
+
+
+def test_range_end_inconclusive_states_the_whole_range() -> None:
+    step, _ = drive(5, lambda *_: "inconclusive", max_rounds=6)
+    assert step.outcome == "inconclusive" and step.range_ == (1, 4)
+
+
+def test_needs_two_builds() -> None:
+    with pytest.raises(ValueError, match="two builds"):
+        next_step(1, [], 3, 9)

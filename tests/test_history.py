@@ -1,0 +1,72 @@
+"""History of gate results: append, export (CSV/Parquet), change points (ruptures), the trend plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from search import history
+
+
+def report(median_b: float, ratio: float) -> dict[str, object]:
+    return {"outcome": "pass", "verdicts": [
+        {"metric": "w.output_tok_s", "gated": True, "verdict": "unchanged", "median_a": 100.0, "median_b": median_b,
+         "ratio": ratio, "ci_low": ratio - 0.02, "ci_high": ratio + 0.02, "p_value": 0.5, "n_a": 6, "n_b": 6},
+        {"metric": "w.ttft_p50_s", "gated": False, "verdict": "unchanged", "median_a": 1.0, "median_b": 1.0,
+         "ratio": 1.0, "ci_low": float("nan"), "ci_high": 1.0, "p_value": 0.5, "n_a": 6, "n_b": 6}]}
+
+
+def test_append_load_export(tmp_path: Path) -> None:
+    for i in range(3):
+        rows = history.rows_from_report(report(100.0 + i, 1.0), "base/line", "nightly", f"build {i}", {"v": i})
+        assert len(rows) == 1  # only gated metrics are kept
+        history.append(rows, "base/line", tmp_path)
+    assert history.history_path("base/line", tmp_path).name == "base-line.jsonl"
+    rows = history.load("base/line", tmp_path)
+    assert [r["median_b"] for r in rows] == [100.0, 101.0, 102.0]
+    csv = history.export(rows, tmp_path / "h.csv")
+    assert list(pd.read_csv(csv)["candidate"]) == ["build 0", "build 1", "build 2"]
+    parquet = history.export(rows, tmp_path / "h.parquet")
+    assert pd.read_parquet(parquet)["ratio"].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match=r"csv or \.parquet"):
+        history.export(rows, tmp_path / "h.xlsx")
+
+
+def series_rows(values: list[float]) -> list[dict[str, object]]:
+    return [history.rows_from_report(report(v, v / 100), "b", "nightly", str(i))[0] for i, v in enumerate(values)]
+
+
+def test_a_step_is_found_where_it_happened() -> None:
+    rng = np.random.default_rng(1)
+    values = list(100 + rng.normal(0, 1.0, 10)) + list(90 + rng.normal(0, 1.0, 10))
+    assert history.change_points(values) == [10]
+    drift = history.detect_drift(series_rows(values), min_effect=0.03)[0]
+    assert drift.flagged and drift.change_points == [10] and -12 < drift.change_pct < -8
+
+
+def test_a_slow_drift_no_single_step_shows_is_flagged() -> None:
+    # -0.5% a run over 24 runs: each neighbour is within noise, the whole is -11%.
+    rng = np.random.default_rng(2)
+    values = [100 * (1 - 0.005 * i) + rng.normal(0, 0.6) for i in range(24)]
+    drift = history.detect_drift(series_rows(values), min_effect=0.03)[0]
+    assert drift.flagged and drift.change_pct < -5
+
+
+def test_noise_alone_is_not_a_drift() -> None:
+    rng = np.random.default_rng(3)
+    values = list(100 + rng.normal(0, 2.0, 30))
+    drift = history.detect_drift(series_rows(values), min_effect=0.03)[0]
+    assert not drift.flagged, drift.describe()
+
+
+def test_too_short_a_history_says_nothing() -> None:
+    assert history.detect_drift(series_rows([100, 90, 80]), min_runs=6) == []
+
+
+def test_plot_trend_writes_a_png(tmp_path: Path) -> None:
+    rows = series_rows([100, 101, 99, 100, 90, 91, 89, 90])
+    out = history.plot_history(rows, "w.output_tok_s", tmp_path / "trend.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
