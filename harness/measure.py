@@ -20,6 +20,7 @@ Every number here has a precise name (shared DOMAIN.md, trap 1: steps/s is not t
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,7 +33,8 @@ from harness import metrics as prom
 from harness.client import RequestResult, stream_chat
 from harness.engines.base import Engine, FeatureExpectation
 from harness.roofline import Roofline
-from harness.stats import Stat, percentile, summarize
+from harness.stats import Stat, log_mean_rel_halfwidth, percentile, summarize
+from harness.steady import DEFAULT_POLICY, WARMUP_REPEAT, MeasurePolicy, SteadyState, need_more, review_runs, run_value
 from harness.workloads import PreparedRequest, PreparedWorkload, Sizer, WorkloadSpec, prepare
 
 Progress = Callable[[str], None]
@@ -49,9 +51,12 @@ class RunSample:
     errors_by_kind: dict[str, int]
     histograms: dict[str, float] = field(default_factory=dict)  # server histogram means over this run
     metrics_error: str | None = None  # why the server's /metrics could not be read, if so
+    flags: list[str] = field(default_factory=list)  # why this run looks stalled or an outlier
+    excluded: bool = False  # left out of the summary (re-measured): a stall, not the config
 
     def to_dict(self) -> dict[str, Any]:
         return {"repeat": self.repeat, "wall_s": self.wall_s, "server": self.server, "metrics": self.metrics,
+                "flags": self.flags, "excluded": self.excluded,
                 "errors_by_kind": self.errors_by_kind, "histograms": self.histograms,
                 "metrics_error": self.metrics_error,
                 "requests": [r.to_dict() for r in self.requests]}
@@ -68,6 +73,12 @@ class WorkloadMeasurement:
     error_examples: list[str] = field(default_factory=list)
     ttft_kind: str = "cold"
     context_limit: int | None = None
+    steady: SteadyState | None = None
+
+    @property
+    def counted(self) -> list[RunSample]:
+        """The runs the summary is made of (stalled runs that were re-measured left out)."""
+        return [s for s in self.samples if not s.excluded]
 
     @property
     def errors(self) -> int:
@@ -86,6 +97,7 @@ class WorkloadMeasurement:
                 "summary": {k: v.to_dict() for k, v in self.summary.items()},
                 "warnings": self.warnings, "placebo": self.placebo, "errors": self.errors,
                 "errors_by_kind": self.errors_by_kind, "error_examples": self.error_examples,
+                "steady": self.steady.to_dict() if self.steady else None,
                 "samples": [s.to_dict() for s in self.samples]}
 
 
@@ -130,18 +142,7 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
         m["decode_tok_s"] = percentile(decode, 50) or 0.0
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     _quantiles(m, "ttft", ttfts)
-    # Per-request kinds (a shared context: its first request cold, the rest warm) beat the workload's.
-    for kind in ("cold", "warm"):
-        _quantiles(m, f"ttft_{kind}", [r.ttft_s for r in ok if r.ttft_s is not None
-                                       and (r.ttft_kind or ttft_kind) == kind])
-    # Prefill speed: prompt tokens the server computed (cached ones excluded where it says) / TTFT.
-    prefill = [(r.prompt_tokens - (r.cached_prompt_tokens or 0)) / r.ttft_s for r in ok
-               if r.prompt_tokens and r.ttft_s]
-    if prefill:
-        m["prefill_tok_s"] = percentile(prefill, 50) or 0.0
-    cached = [r.cached_prompt_tokens for r in ok if r.cached_prompt_tokens is not None]
-    if cached and m["prompt_tokens"]:
-        m["cached_prompt_frac"] = sum(cached) / m["prompt_tokens"]
+    _quantiles(m, f"ttft_{ttft_kind}", ttfts)
     _quantiles(m, "tpot", [t for r in ok if (t := r.tpot_s) is not None])
     _quantiles(m, "e2e", [r.e2e_s for r in ok])
     _quantiles(m, "itl", [g for r in ok for g in r.chunk_gaps_s])
@@ -164,10 +165,6 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
                      if r.server_timings and r.server_timings.get("predicted_per_second")]
     if engine_decode:
         m["engine_decode_tok_s"] = percentile(engine_decode, 50) or 0.0
-    engine_prefill = [r.server_timings["prompt_per_second"] for r in ok
-                      if r.server_timings and r.server_timings.get("prompt_per_second")]
-    if engine_prefill:
-        m["engine_prefill_tok_s"] = percentile(engine_prefill, 50) or 0.0
 
     if server.get("generation_tokens") is not None and out_tokens:
         m["server_generation_tokens"] = server["generation_tokens"]
@@ -189,28 +186,22 @@ async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_
     async def send(req: PreparedRequest) -> RequestResult:
         result = await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
         result.sized_prompt_tokens = req.prompt_tokens if req.prompt_tokens >= 0 else None
-        result.ttft_kind = req.ttft_kind
         return result
 
     start = time.monotonic()
-    # Lead requests (a shared context's first, cold request) run alone, before everything else.
-    results = [await send(req) for req in prepared.lead]
-    rest = [r for s in prepared.streams for r in s]
     if prepared.arrival_offsets_s is not None:
-        t0 = time.monotonic()
-
         async def delayed(offset: float, req: PreparedRequest) -> RequestResult:
-            await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
+            await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
             return await send(req)
 
-        results += await asyncio.gather(*(delayed(o, r) for o, r in zip(prepared.arrival_offsets_s, rest,
-                                                                        strict=True)))
+        results = list(await asyncio.gather(*(delayed(o, r) for o, r in
+                                              zip(prepared.arrival_offsets_s, prepared.requests, strict=True))))
     else:
         async def run_stream(stream: list[PreparedRequest]) -> list[RequestResult]:
             return [await send(req) for req in stream]
 
         per_stream = await asyncio.gather(*(run_stream(s) for s in prepared.streams))
-        results += [r for stream in per_stream for r in stream]
+        results = [r for stream in per_stream for r in stream]
     return results, time.monotonic() - start
 
 
@@ -256,48 +247,88 @@ def consistency_warnings(samples: list[RunSample]) -> list[str]:
 async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: WorkloadSpec, repeats: int,
                            warmup: bool, timeout_s: float, expectations: list[FeatureExpectation],
                            progress: Progress, roofline: Roofline | None = None,
-                           watch_interval_s: float = 1.0) -> WorkloadMeasurement:
-    """Warmup run (discarded), then `repeats` measured runs of one workload on a running server."""
+                           watch_interval_s: float = 1.0, policy: MeasurePolicy | None = None,
+                           alive: Callable[[], bool] | None = None) -> WorkloadMeasurement:
+    """Warm up to a steady state, then measure until `repeats` clean runs (or the policy's CI target)."""
+    policy = policy or DEFAULT_POLICY
     samples: list[RunSample] = []
     warnings: list[str] = []
+    steady = SteadyState(policy.metric, target_ci=policy.target_ci)
     n_requests = spec.concurrency * spec.requests_per_stream
     limits = httpx.Limits(max_connections=max(64, n_requests * 2), max_keepalive_connections=max(20, n_requests))
     if spec.warm and not warmup:
         warnings.append("warm TTFT without a warmup run: the first repeat primes the cache and reads cold")
-    context_limit = None
+    t0 = time.monotonic()
     async with httpx.AsyncClient(limits=limits) as client:
         sizer = Sizer(engine, client, base_url, model_id)
-        runs = ([-1] if warmup else []) + list(range(repeats))
-        for repeat in runs:
-            label = "warming up" if repeat < 0 else f"measuring {repeat + 1}/{repeats}"
+        context_limit = None
+
+        async def one_run(repeat: int, variant: int, label: str) -> RunSample:
+            nonlocal context_limit
             progress(f"{spec.name}: {label}")
-            prepared = await prepare(spec, engine, client, base_url, model_id, repeat, engine.request_extras(),
+            prepared = await prepare(spec, engine, client, base_url, model_id, variant, engine.request_extras(),
                                      sizer)
             context_limit = prepared.context_limit
             warnings.extend(w for w in prepared.warnings if w not in warnings)
-            before = await prom.scrape(client, base_url)
-            async with prom.GaugeWatcher(base_url, engine.metric_names, watch_interval_s) as watcher:
-                requests, wall = await _run_once(prepared, client, base_url, timeout_s)
-            after = await prom.scrape(client, base_url)
-            if repeat < 0:
-                continue  # warmup results are discarded by design
-            server: dict[str, float] = {}
-            histograms: dict[str, float] = {}
-            metrics_error = None
-            if before.ok and after.ok:
-                deltas = prom.delta(before, after)
-                server = prom.canonical(deltas, engine.metric_names)
-                server.update(watcher.as_peaks())
-                histograms = prom.histogram_means(deltas, after.kinds)
-                resets = prom.counter_resets(before, after)
-                if resets:
-                    warnings.append(f"repeat {repeat}: server counters went down ({resets[0]}, ...): restarted?")
-            else:
-                metrics_error = before.error or after.error
-            errors = Counter(r.error_kind or "unknown" for r in requests if not r.ok)
-            samples.append(RunSample(repeat, wall, requests, server,
-                                     run_metrics(requests, wall, server, spec.ttft_kind, roofline),
-                                     dict(errors), histograms, metrics_error))
+            return await _measured_run(engine, client, base_url, prepared, repeat, timeout_s, spec, roofline,
+                                       watch_interval_s, warnings)
+
+        warmup_ref: RunSample | None = None
+        if warmup:
+            previous: float | None = None
+            while steady.warmups < policy.max_warmups:
+                label = "warming up" if steady.warmups == 0 else f"warming up ({steady.warmups + 1})"
+                run = await one_run(-1, WARMUP_REPEAT + steady.warmups, label)
+                value = run_value(run, policy.metric)
+                if value is None:
+                    steady.warmups += 1
+                    steady.note = "a warmup run failed or had errors: steady state not checked"
+                    warmup_ref = None
+                    break
+                if previous is not None and abs(value / previous - 1) <= policy.warmup_tolerance:
+                    steady.converged = True  # this run agrees with the one before: it is the first measured
+                    run.repeat = 0
+                    samples.append(run)
+                    break
+                steady.warmups += 1
+                steady.warmup_values.append(value)
+                previous, warmup_ref = value, run
+                if alive is not None and not alive():
+                    break
+            if not steady.converged and not steady.note and policy.max_warmups > 1:
+                steady.note = (f"no two consecutive warmup runs agreed within {100 * policy.warmup_tolerance:.0f}% "
+                               f"in {steady.warmups} runs: measured anyway")
+                warnings.append(f"not steady after {steady.warmups} warmup runs ({policy.metric} "
+                                + ", ".join(f"{v:.4g}" for v in steady.warmup_values) + ")")
+        while need_more(samples, repeats, policy, t0, steady):
+            if alive is not None and not alive():
+                steady.stopped_by = "server_dead"
+                break
+            counted = sum(1 for s in samples if not s.excluded)
+            label = (f"measuring {counted + 1}/{repeats}" if counted < repeats
+                     else f"measuring {counted + 1} (CI {100 * (steady.achieved_ci or math.inf):.1f}% > "
+                          f"{100 * (policy.target_ci or 0):.1f}%)")
+            samples.append(await one_run(len(samples), len(samples), label))
+            for i, found in review_runs(samples, warmup_ref, policy).items():
+                s = samples[i]
+                if s.flags == found:
+                    continue
+                s.flags = found
+                if steady.remeasured < policy.max_remeasure:
+                    s.excluded = True
+                    steady.remeasured += 1
+                    steady.excluded.append({"repeat": s.repeat, "value": s.metrics.get(policy.metric),
+                                            "flags": found})
+                    progress(f"{spec.name}: run {s.repeat + 1} excluded ({found[0]}): measuring again")
+                else:
+                    warnings.append(f"repeat {s.repeat}: {'; '.join(found)}; kept (stalls recurred after "
+                                    f"{policy.max_remeasure} re-measurements: part of this config's behaviour)")
+    steady.elapsed_s = time.monotonic() - t0
+    counted = [s for s in samples if not s.excluded]
+    if steady.achieved_ci is None:
+        steady.achieved_ci = log_mean_rel_halfwidth([v for s in counted if (v := run_value(s, policy.metric))])
+    if not math.isfinite(steady.achieved_ci):
+        steady.achieved_ci = None
     summary = summarize_samples(samples)
     examples = []
     for s in samples:
@@ -306,14 +337,43 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
                 examples.append(f"{r.item or spec.name} -> {r.error_kind}: {(r.error_body or '')[:300]}")
     warnings.extend(w for w in consistency_warnings(samples) if w not in warnings)
     return WorkloadMeasurement(spec.name, spec.concurrency, samples, summary, warnings,
-                               check_placebo(expectations, samples), examples, spec.ttft_kind, context_limit)
+                               check_placebo(expectations, samples), examples, spec.ttft_kind, context_limit,
+                               steady)
+
+
+async def _measured_run(engine: Engine, client: httpx.AsyncClient, base_url: str, prepared: PreparedWorkload,
+                        repeat: int, timeout_s: float, spec: WorkloadSpec, roofline: Roofline | None,
+                        watch_interval_s: float, warnings: list[str]) -> RunSample:
+    """One run with the server's counters read before and after it."""
+    before = await prom.scrape(client, base_url)
+    async with prom.GaugeWatcher(base_url, engine.metric_names, watch_interval_s) as watcher:
+        requests, wall = await _run_once(prepared, client, base_url, timeout_s)
+    after = await prom.scrape(client, base_url)
+    server: dict[str, float] = {}
+    histograms: dict[str, float] = {}
+    metrics_error = None
+    if before.ok and after.ok:
+        deltas = prom.delta(before, after)
+        server = prom.canonical(deltas, engine.metric_names)
+        server.update(watcher.as_peaks())
+        histograms = prom.histogram_means(deltas, after.kinds)
+        resets = prom.counter_resets(before, after)
+        if resets and repeat >= 0:
+            warnings.append(f"repeat {repeat}: server counters went down ({resets[0]}, ...): restarted?")
+    else:
+        metrics_error = before.error or after.error
+    errors = Counter(r.error_kind or "unknown" for r in requests if not r.ok)
+    return RunSample(repeat, wall, requests, server, run_metrics(requests, wall, server, spec.ttft_kind, roofline),
+                     dict(errors), histograms, metrics_error)
 
 
 def summarize_samples(samples: list[RunSample]) -> dict[str, Stat]:
-    """Median / spread / CI of every per-run metric over the measured repeats. Error counts are
-    totals (`errors_total`): a median would hide a run that failed."""
-    keys = sorted({k for s in samples for k in s.metrics} - {"errors"})
-    summary = {k: st for k in keys if (st := summarize([s.metrics[k] for s in samples if k in s.metrics]))}
+    """Median / spread / CI of every per-run metric over the counted repeats (excluded stalls left
+    out). Error counts are totals over every run (`errors_total`): a median would hide a run that
+    failed, and an excluded run's errors still happened."""
+    counted = [s for s in samples if not s.excluded]
+    keys = sorted({k for s in counted for k in s.metrics} - {"errors"})
+    summary = {k: st for k in keys if (st := summarize([s.metrics[k] for s in counted if k in s.metrics]))}
     total = summarize([float(sum(s.metrics.get("errors", 0.0) for s in samples))])
     if total is not None:
         summary["errors_total"] = total

@@ -53,3 +53,95 @@ def summarize(values: Sequence[float]) -> Stat | None:
     low, high = bootstrap_median_ci(clean)
     return Stat(median=float(np.median(clean)), min=min(clean), max=max(clean), ci_low=low, ci_high=high,
                 n=len(clean), values=tuple(clean))
+
+
+# ---- steady state, outliers, intervals on rates --------------------------------------------------
+
+def robust_z(values: Sequence[float]) -> list[float]:
+    """(x - median) / (1.4826 * MAD) per value: a z-score that one stall cannot inflate.
+
+    0 for every value when the MAD is 0 (all but outliers equal): then any deviation is reported by
+    the caller's ratio rule instead."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return []
+    med = float(np.median(arr))
+    mad = 1.4826 * float(np.median(np.abs(arr - med)))
+    if mad == 0:
+        return [0.0] * int(arr.size)
+    return [float(x) for x in (arr - med) / mad]
+
+
+def log_mean_rel_halfwidth(values: Sequence[float], confidence: float = 0.95) -> float:
+    """Half-width of the t interval of the mean of log(values), as a relative change (0.02 = +-2%).
+
+    Used to decide when a measurement is long enough: unlike a bootstrap of the median it is honest
+    at n = 2-5 (the t quantile is wide there). inf with fewer than 2 positive values."""
+    arr = np.asarray([v for v in values if v is not None and v > 0], dtype=float)
+    if arr.size < 2:
+        return math.inf
+    logs = np.log(arr)
+    sd = float(np.std(logs, ddof=1))
+    t = float(sps.t.ppf(0.5 + confidence / 2, arr.size - 1))
+    return math.expm1(t * sd / math.sqrt(arr.size))
+
+
+def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided interval of a binomial rate (k successes of n)."""
+    if n <= 0:
+        return 0.0, 1.0
+    tail = (1 - confidence) / 2
+    low = 0.0 if k == 0 else float(sps.beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(sps.beta.ppf(1 - tail, k + 1, n - k))
+    return low, high
+
+
+def clopper_pearson_upper(k: int, n: int, confidence: float = 0.95) -> float:
+    """One-sided upper confidence bound of a binomial rate: 0 of 20 gives 13.9% at 95%."""
+    if n <= 0:
+        return 1.0
+    return 1.0 if k >= n else float(sps.beta.ppf(confidence, k + 1, n - k))
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """Noise of a metric on the log scale (0.02 ~ 2%), split by where it arises."""
+
+    sd_within: float  # between runs of one server start
+    sd_between: float  # between server starts, beyond what the runs' noise explains
+    starts: int
+    runs: int  # all runs over all starts
+
+    def sd_start_mean(self, runs_per_start: int) -> float:
+        """Spread of one start's mean over `runs_per_start` runs: what a start-level test sees."""
+        return math.sqrt(self.sd_between**2 + self.sd_within**2 / max(1, runs_per_start))
+
+    def best_runs_per_start(self, start_cost_s: float, run_cost_s: float) -> int:
+        """Runs per start that minimise the cost of a given precision (the classic two-stage
+        sampling optimum sqrt(c_start / c_run * s_within^2 / s_between^2)), 1..20."""
+        if self.sd_between <= 0:
+            return 20
+        r = math.sqrt(start_cost_s / max(run_cost_s, 1e-9)) * self.sd_within / self.sd_between
+        return int(min(20, max(1, round(r))))
+
+
+def variance_components(groups: Sequence[Sequence[float]]) -> VarianceComponents:
+    """One-way random-effects estimate (method of moments) on log values; groups = starts."""
+    logs = [[math.log(v) for v in g if v > 0] for g in groups]
+    logs = [g for g in logs if g]
+    n_runs = sum(len(g) for g in logs)
+    k = len(logs)
+    if k == 0:
+        return VarianceComponents(math.nan, math.nan, 0, 0)
+    means = np.array([sum(g) / len(g) for g in logs])
+    ss_within = float(sum((x - m) ** 2 for g, m in zip(logs, means, strict=True) for x in g))
+    df_within = n_runs - k
+    var_within = ss_within / df_within if df_within > 0 else 0.0
+    if k < 2:
+        return VarianceComponents(math.sqrt(var_within), math.nan, k, n_runs)
+    sizes = np.array([len(g) for g in logs], dtype=float)
+    grand = float(np.sum(means * sizes) / n_runs)
+    ms_between = float(np.sum(sizes * (means - grand) ** 2)) / (k - 1)
+    n0 = (n_runs - float(np.sum(sizes**2)) / n_runs) / (k - 1)  # effective runs per start
+    var_between = max(0.0, (ms_between - var_within) / n0) if n0 > 0 else 0.0
+    return VarianceComponents(math.sqrt(var_within), math.sqrt(var_between), k, n_runs)

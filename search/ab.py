@@ -4,8 +4,11 @@ One round measures each side once; with `restart` (the default) each side's serv
 fresh in every round, so a sample is one server session. That is the honest unit: on these
 machines the spread across server starts (~7%) is larger than within one (~2-4%), and two long-lived
 servers can differ by a session effect that a per-request comparison would call a regression.
-A round's value of a metric is the median over that round's repeats. The order alternates per
-round (ABBA...), which cancels a linear drift.
+A round's value of a metric is the median over that round's repeats; every run's value is kept
+too (`SideResult.runs`, grouped by start), and the verdicts use both the run-to-run and the
+start-to-start noise (search/sequential.py). The order alternates per round (ABBA...), which
+cancels a linear drift. With a `stop` rule (`sequential_stop`) the run ends as soon as every gated
+metric is settled at the plan's error rates, `rounds` being the cap.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from harness.fingerprint import MATERIAL, material_differences
 from harness.quality import run_suite
 from harness.session import LaunchFailed, MeasureSettings, RunningConfig, measure_running, model_id_of, start_config
 from harness.workloads import WorkloadSpec
-from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, GateReport, compare
+from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, GateReport, MetricVerdict, compare
+from search.sequential import MIN_STARTS, compare_errors, compare_quality, compare_starts, settled
 from search.space import Config, Space
 from search.study import free_port
 
@@ -86,6 +90,7 @@ class SideResult:
     label: str
     command: str = ""
     samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per round
+    runs: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> per start, every counted run
     startup: dict[str, Any] = field(default_factory=dict)  # StartupInfo of the first start
     fingerprint: dict[str, Any] = field(default_factory=dict)
     quality: dict[str, Any] | None = None
@@ -108,16 +113,52 @@ class ABRun:
     rounds_done: int
     order: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    looks: list[int] = field(default_factory=list)  # the sequential plan: starts per side at each look
+    stopped: str = ""  # why a sequential run ended before its cap
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
-                "order": self.order, "errors": self.errors}
+                "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped}
+
+
+StopRule = Callable[[ABRun], str | None]
+
+
+@dataclass(frozen=True)
+class SequentialPlan:
+    """Stop an interleaved run once every gated metric is settled; look after each round from
+    `min_rounds` on, at most `max_rounds` rounds. The verdicts use the boundary of exactly this plan."""
+
+    metrics: tuple[str, ...]
+    max_rounds: int
+    min_rounds: int = MIN_STARTS
+    min_effect: float = DEFAULT_MIN_EFFECT
+    alpha: float = DEFAULT_ALPHA
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        return tuple(range(min(self.min_rounds, self.max_rounds), self.max_rounds + 1))
+
+
+def sequential_stop(plan: SequentialPlan) -> StopRule:
+    """The stop rule for run_interleaved: a reason to stop, or None to go on."""
+    def rule(run: ABRun) -> str | None:
+        run.looks = list(plan.looks)
+        if run.rounds_done < plan.min_rounds:
+            return None
+        verdicts = [verdict_for(run, m, plan.min_effect, plan.alpha, plan.looks) for m in plan.metrics]
+        if all(settled(v) for v in verdicts):
+            return (f"settled after {run.rounds_done} rounds: "
+                    + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
+        return None
+    return rule
 
 
 def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
                     work_dir: Path, quality_suite: str | None = None, restart: bool = True,
-                    progress: Progress = _quiet) -> ABRun:
-    """Measure A and B in alternating order for `rounds` rounds. Never leaves a server running."""
+                    progress: Progress = _quiet, stop: StopRule | None = None) -> ABRun:
+    """Measure A and B in alternating order for `rounds` rounds (or until `stop` gives a reason).
+    Never leaves a server running."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     sides = {"A": (a, SideResult(a.label)), "B": (b, SideResult(b.label))}
@@ -136,6 +177,11 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
                     run.errors.append(error)
                     return run
             run.rounds_done = rnd + 1
+            reason = stop(run) if stop is not None else None
+            if reason:
+                run.stopped = reason
+                progress(reason)
+                break
     finally:
         for r in running.values():
             r.stop()
@@ -170,7 +216,11 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
             for metric, stat in wm.summary.items():
                 if metric != "errors":  # per run; the round's count of failed requests is below
                     result.add(f"{wname}.{metric}", stat.median)
+            for metric in {k for s in wm.counted for k in s.metrics} - {"errors", "requests"}:
+                values = [s.metrics[metric] for s in wm.counted if metric in s.metrics]
+                result.runs.setdefault(f"{wname}.{metric}", []).append(values)
             result.add(f"{wname}.errors", float(wm.errors))
+            result.add(f"{wname}.requests", float(sum(s.metrics.get("requests", 0.0) for s in wm.samples)))
             result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
             result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
         if quality_suite and result.quality is None:
@@ -219,14 +269,14 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     names += [f"{w}.errors" for w in workloads if f"{w}.errors" not in names]
     shown = [f"{w}.{leaf}" for w in workloads for leaf in REPORTED] + ["startup.ready_s"]
     verdicts = []
+    looks = tuple(run.looks) or None
     for metric in names + [m for m in shown if m not in names]:
         is_gated = metric in names
         if metric not in run.a.samples and metric not in run.b.samples:
             if is_gated and not metric.endswith(".errors"):
                 verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=alpha, confidence=confidence))
             continue
-        verdicts.append(compare(metric, run.a.samples.get(metric, []), run.b.samples.get(metric, []),
-                                min_effect=min_effect, alpha=alpha, confidence=confidence, gated=is_gated))
+        verdicts.append(verdict_for(run, metric, min_effect, alpha, looks, gated=is_gated, confidence=confidence))
     report = GateReport(title=title, label_a=run.a.command or run.a.label, label_b=run.b.command or run.b.label,
                         verdicts=verdicts, errors=list(run.errors), log_diff=log_diff(run.a, run.b))
     report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
@@ -235,11 +285,37 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
         failed_b = {c["name"] for c in run.b.quality.get("checks", []) if not c.get("passed")}
         report.quality = {"suite": run.a.quality.get("suite"), "score_a": run.a.quality.get("score"),
                           "score_b": run.b.quality.get("score"), "failed_b_only": sorted(failed_b - failed_a)}
+        passed = [{c["name"]: [bool(c.get("passed"))] for c in q.get("checks", [])}
+                  for q in (run.a.quality, run.b.quality)]
+        report.quality["test"] = compare_quality(passed[0], passed[1], alpha)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
+    how = (f"sequential: looks at {looks[0]}..{looks[-1]} starts per side" if looks and len(looks) > 1
+           else "one look")
     report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
-                        f"min effect {100 * min_effect:.1f}%, alpha {alpha}, {100 * confidence:.0f}% bootstrap CI")
+                        f"min effect {100 * min_effect:.1f}%, alpha {alpha}; t test over server starts, {how}"
+                        + (f"; {run.stopped}" if run.stopped else ""))
     return report
+
+
+def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks: tuple[int, ...] | None,
+                gated: bool = True, confidence: float = DEFAULT_CONFIDENCE) -> MetricVerdict:
+    """One metric's verdict: runs grouped by start where they were kept, errors as rates, else the
+    per-round values (e.g. startup.ready_s, or an ABRun read back from an older file)."""
+    a, b = run.a, run.b
+    if metric.endswith(".errors"):
+        req = metric[: -len("errors")] + "requests"
+        if req in a.samples and req in b.samples:
+            return compare_errors(metric, int(sum(a.samples.get(metric, []))), int(sum(a.samples[req])),
+                                  int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated)
+    if metric in a.runs and metric in b.runs:
+        return compare_starts(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
+                              looks=looks, gated=gated)
+    if metric == "startup.ready_s" and metric in a.samples and metric in b.samples:
+        return compare_starts(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
+                              min_effect=min_effect, alpha=alpha, looks=looks, gated=gated)
+    return compare(metric, a.samples.get(metric, []), b.samples.get(metric, []), min_effect=min_effect, alpha=alpha,
+                   confidence=confidence, gated=gated)
 
 
 # ---- what the logs said ---------------------------------------------------------------------------

@@ -255,9 +255,32 @@ class WorkloadModel(Strict):
 
 
 class MeasureModel(Strict):
-    repeats: int = Field(default=3, ge=1)
+    """How each workload is measured; the steady-state and length settings are MeasurePolicy's
+    (harness/steady.py says what each one does)."""
+
+    repeats: int = Field(default=3, ge=1)  # counted runs at least (stalled runs are re-measured)
     warmup: bool = True
     request_timeout_s: float = Field(default=300.0, gt=0)
+    max_warmups: int = Field(default=4, ge=1)  # warm up until two runs agree, at most this many
+    warmup_tolerance: float = Field(default=0.10, gt=0, lt=1)
+    stall_factor: float = Field(default=3.0, gt=1)
+    max_remeasure: int = Field(default=2, ge=0)
+    target_ci: float | None = Field(default=None, gt=0, lt=1)  # e.g. 0.02: until the CI is within +-2%
+    max_repeats: int = Field(default=20, ge=1)
+    time_cap_s: float = Field(default=300.0, gt=0)
+    # Stop measuring a config's remaining load points once it is this much below the incumbent at a
+    # point (start-to-start noise is ~7% on a shared CPU, ~1-5% on a GPU: twice that, at least 10%).
+    prune_margin: float = Field(default=0.15, gt=0, lt=1)
+
+    def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:  # noqa: F821
+        """The measurement policy for one workload; `metric` is the per-run value it watches (the
+        objective's leaf, e.g. output_tok_s)."""
+        from harness.steady import MeasurePolicy  # here: the schema imports nothing of the measurement
+
+        return MeasurePolicy(metric=metric, max_warmups=self.max_warmups, warmup_tolerance=self.warmup_tolerance,
+                             stall_factor=self.stall_factor, max_remeasure=self.max_remeasure,
+                             target_ci=self.target_ci, max_repeats=max(self.max_repeats, self.repeats),
+                             time_cap_s=self.time_cap_s)
 
 
 class ObjectiveModel(Strict):

@@ -13,6 +13,8 @@ The fault is chosen by a path prefix, so one server serves every fault:
     huge500:MB    HTTP 500 with an MB-megabyte body
     slowloris     headers, then an SSE comment every 0.2 s forever: bytes flow, no token ever comes
     hang          reads the request, then never answers
+    stall:K:S     every request streams 16 tokens 10 ms apart; the K-th request to this prefix (from 1)
+                  waits S seconds before its first token (gap:K:S: between its 8th and 9th token)
 Started with --never-ready, /health answers 503 forever. POST /reset clears the burst counters.
 """
 
@@ -190,11 +192,31 @@ class Handler(BaseHTTPRequestHandler):
             self._send(b"data: [DONE]\n\n")
             self._end_chunked()
             return
+        if fault in ("stall", "gap"):
+            self._stall(fault, arg, payload)
+            return
         # ok
         max_tokens = int(payload.get("max_tokens") or n)
         count = min(n, max_tokens)
         for i in range(count):
             self._send(_chunk(f"tok{i} "))
+        self._send(_chunk(finish="length"))
+        self._send(_chunk(usage={"prompt_tokens": 5, "completion_tokens": count, "total_tokens": 5 + count}))
+        self._send(b"data: [DONE]\n\n")
+        self._end_chunked()
+
+
+    def _stall(self, fault: str, arg: str, payload: dict[str, Any]) -> None:
+        """A steady stream, except for one chosen request that stalls once (first token or a gap)."""
+        which, _, seconds = arg.partition(":")
+        hit = self.server.state.bump(f"{fault}:{arg}") == int(which or 1)
+        count = min(16, int(payload.get("max_tokens") or 16))
+        time.sleep(0.02)
+        for i in range(count):
+            if hit and ((fault == "stall" and i == 0) or (fault == "gap" and i == count // 2)):
+                time.sleep(float(seconds or 2.0))
+            self._send(_chunk(f"tok{i} "))
+            time.sleep(0.01)
         self._send(_chunk(finish="length"))
         self._send(_chunk(usage={"prompt_tokens": 5, "completion_tokens": count, "total_tokens": 5 + count}))
         self._send(b"data: [DONE]\n\n")
