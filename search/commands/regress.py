@@ -37,6 +37,7 @@ from search.gate import (
     EXIT_REGRESSION,
     GateReport,
     compare,
+    hardware_here,
     judge_claim,
     parse_claim,
 )
@@ -262,15 +263,25 @@ def cmd_ab(args: argparse.Namespace) -> int:
     src_a = resolve_source(args.a, parse_assignments(args.a_set, "--a-set"))
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
     side = {}
+    claims = [parse_claim(c) for c in args.claim or []]
     builds = {}
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
+        if key == "b" and any(c.needs for c in claims):
+            from search.prereq import check_claim_prerequisites
+
+            missing = check_claim_prerequisites(claims, side["a"], src_a.space, Path(args.out or "results/ab")
+                                                / "prerequisites", _progress(args.quiet))
+            for line in missing:
+                err.print(f"[yellow]warning[/]: {line}")
+            if missing and not args.build_anyway:
+                err.print("stopped before building or measuring B (pass --build-anyway to go on)")
+                return EXIT_INCONCLUSIVE
         builds[key] = option_build(getattr(args, f"{key}_build"), _progress(args.quiet))
         side[key] = subject_from(src.space, src.config, f"{key.upper()}: {src.label}",
                                  **build_kwargs(builds[key], command=getattr(args, f"{key}_command"),
                                                 python=getattr(args, f"{key}_python"),
                                                 image=getattr(args, f"{key}_image"), env=env))
-    claims = [parse_claim(c) for c in args.claim or []]
     workload_names = [w.name for w in src_a.space.m.workloads]
     gated = list(args.metric or [])
     for c in claims:
@@ -284,7 +295,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     for c in claims:
         metric = _claim_metric(c.metric_leaf, workload_names, args.workload)
         if metric in by_metric:
-            result = judge_claim(c, by_metric[metric], args.min_effect)
+            result = judge_claim(c, by_metric[metric], args.min_effect,
+                                 here=hardware_here(run.b.fingerprint or run.a.fingerprint))
             report.claims.append(result)
             if result.verdict == "contradicted" and any("same kernel/backend" in d for d in report.log_diff):
                 report.notes.append("why: the same kernel/backend path was selected in A and B, so the change "
@@ -386,6 +398,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ab.add_argument("--claim", action="append", help="a claimed change of B over A, e.g. '+24%% tok/s', '1.93x', "
                                                      "'-10%% ttft' (repeatable)")
     ab.add_argument("--workload", help="the workload a claim is about (default: the first)")
+    ab.add_argument("--build-anyway", action="store_true",
+                    help="build and measure B even when the base run's log lacks a claim's prerequisite")
     _common(ab)
     ab.set_defaults(func=cmd_ab)
 
