@@ -236,7 +236,12 @@ def dist_name(requirement: str) -> str:
 
 
 def base_plan_for(requirement: str) -> BasePlan | None:
-    return BASES.get(dist_name(requirement))
+    """The engine's known base, else one from FLAGSEARCH_BUILD_BASE (space-separated requirements, e.g.
+    'torch==2.11.0+cu130' so that a CUDA wheel is installed over the pinned CUDA torch), else none."""
+    if dist_name(requirement) in BASES:
+        return BASES[dist_name(requirement)]
+    custom = tuple(os.environ.get("FLAGSEARCH_BUILD_BASE", "").split())
+    return BasePlan(name="custom", requirements=custom) if custom else None
 
 
 # ---- pip builds -------------------------------------------------------------------------------------

@@ -34,7 +34,15 @@ from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_bui
 from search.ab import run_interleaved, subject_from
 from search.baseline import parse_assignments
 from search.commands.regress import Source, _measure_settings, _progress, resolve_source
-from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, compare
+from search.gate import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_EFFECT,
+    EXIT_INCONCLUSIVE,
+    EXIT_PASS,
+    EXIT_REGRESSION,
+    compare,
+    min_rounds_for_alpha,
+)
 from search.results import read_json, write_json_atomic
 
 err = Console(stderr=True, highlight=False)
@@ -188,6 +196,9 @@ def _state_key(specs: list[BuildSpec], src_text: str, metric: str, args: argpars
 def cmd_bisect(args: argparse.Namespace) -> int:
     src = resolve_source(args.source, parse_assignments(args.set))
     specs = builds_from_args(args)
+    # Fewer rounds than this can never reach p < alpha: every probe would stay inconclusive.
+    args.rounds = args.rounds or min_rounds_for_alpha(args.alpha)
+    args.max_rounds = max(args.max_rounds or 3 * args.rounds, args.rounds)
     metric = args.metric or (src.baseline.gated_metrics()[0] if src.baseline else src.space.m.objectives[0].metric)
     workload = metric.split(".", 1)[0] if args.only_metric_workload else None
     out = Path(args.out or "results/bisect")
@@ -290,9 +301,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--metric", help="the metric to bisect (default: the baseline's first gated metric)")
     p.add_argument("--only-metric-workload", action="store_true",
                    help="measure only the workload the metric belongs to (cheaper)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per side per probe (default 3)")
-    p.add_argument("--max-rounds", type=int, default=9,
-                   help="cap on rounds per side for an inconclusive probe (default 9)")
+    p.add_argument("--rounds", type=int, help="rounds per side per probe (default: the fewest that can reach "
+                                              "p < alpha, 5 at alpha 0.02)")
+    p.add_argument("--max-rounds", type=int, help="cap on rounds per side for an inconclusive probe "
+                                                  "(default 3x --rounds)")
     p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that counts (default {DEFAULT_MIN_EFFECT})")
