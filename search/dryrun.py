@@ -1,35 +1,173 @@
-"""`search run --dry-run N`: the launches N sampled trials would make, starting nothing."""
+"""`search run --dry-run N`: what a study would launch and what it would cost, starting nothing.
+
+Printed: the launch of each engine at its defaults (so every engine is seen, feasible or not), the
+launches of N sampled trials (the default first), the choices no config can use ("dead"), and the
+time estimate (search/estimate.py).
+"""
 
 from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
 from harness.engines import get_engine
-from search.memory_fit import estimate
-from search.space import Space
+from search.estimate import Estimator
+from search.memory_fit import FitEstimate, estimate
+from search.results import TrialRecord
+from search.space import (
+    BoolParam,
+    CategoricalParam,
+    Config,
+    FixedParam,
+    FloatParam,
+    IntParam,
+    Space,
+    _default_value,
+)
 
 
-def dry_run(space: Space, n: int) -> list[str]:
+@dataclass(frozen=True)
+class Launch:
+    config: Config
+    command: str
+    fit: FitEstimate | None
+
+    @property
+    def feasible(self) -> bool:
+        return self.fit is None or self.fit.fits
+
+
+def launch_of(space: Space, config: Config, port: int = 8000) -> Launch:
+    settings = space.engine_settings(config.engine)
+    flags, env, _ = space.split(config)
+    spec = get_engine(settings.dialect).build_launch(settings, space.model_choice(config.model), flags, env,
+                                                     port=port)
+    return Launch(config, spec.command_line(), estimate(space, config))
+
+
+def _study(space: Space) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.m.seed),
-                                directions=[o.direction for o in space.m.objectives])
+    return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.m.seed),
+                               directions=[o.direction for o in space.m.objectives])
+
+
+def _value_choices(param: Any) -> list[Any]:
+    if isinstance(param, CategoricalParam):
+        return list(param.choices)
+    return [False, True] if isinstance(param, BoolParam) else []
+
+
+def _config_with(space: Space, fixed: dict[str, Any]) -> Config:
+    """A config with every param at its default except those in `fixed` (engine and model included).
+    A FixedTrial, not a study: thousands of these are cheap."""
+    defaults = {name: _default_value(p) for name, p in space.m.params.items() if not isinstance(p, FixedParam)}
+    return space.sample(optuna.trial.FixedTrial({**defaults, **fixed}))
+
+
+def _random_config(space: Space, rng: random.Random) -> Config:
+    values: dict[str, Any] = {"engine": rng.choice(list(space.m.engines)),
+                              "model": rng.choice([m.name for m in space.m.models])}
+    for name, param in space.m.params.items():
+        if isinstance(param, (CategoricalParam, BoolParam)):
+            values[name] = rng.choice(_value_choices(param))
+        elif isinstance(param, IntParam):
+            values[name] = rng.randrange(param.low, param.high + 1, param.step)
+        elif isinstance(param, FloatParam):
+            values[name] = rng.uniform(param.low, param.high)
+    return space.sample(optuna.trial.FixedTrial(values))
+
+
+def engine_defaults(space: Space) -> list[Launch]:
+    """Per engine, its launch at the defaults with the first model that fits (else the first model)."""
+    out = []
+    for engine in space.m.engines:
+        launches = [launch_of(space, _config_with(space, {"engine": engine, "model": m.name}))
+                    for m in space.m.models]
+        out.append(next((launch for launch in launches if launch.feasible), launches[0]))
+    return out
+
+
+def _candidates(space: Space, samples: int) -> Iterator[Config]:
+    """Each choice of each param at the other params' defaults, on every engine and model; then
+    `samples` random configs (combinations the one-at-a-time pass cannot reach)."""
+    for engine in space.m.engines:
+        for model in space.m.models:
+            base = {"engine": engine, "model": model.name}
+            yield _config_with(space, base)
+            for name, param in space.m.params.items():
+                for value in _value_choices(param):
+                    yield _config_with(space, {**base, name: value})
+    rng = random.Random(space.m.seed)
+    for _ in range(samples):
+        yield _random_config(space, rng)
+
+
+def dead_choices(space: Space, samples: int = 300) -> list[str]:
+    """Engines, models and categorical/bool values that no feasible config uses (each a sentence).
+    A value counts as used where it is set in a config that passes the fit check (memory and
+    context length against the workloads)."""
+    alive: dict[str, set[Any]] = {"engine": set(), "model": set()}
+    why: dict[tuple[str, str], str] = {}
+    for config in _candidates(space, samples):
+        fit = estimate(space, config)
+        if fit is not None and not fit.fits:
+            for name, value in config.values.items():
+                why.setdefault((name, repr(value)), fit.detail)
+            why.setdefault(("engine", repr(config.engine)), fit.detail)
+            continue
+        alive["engine"].add(config.engine)
+        alive["model"].add(config.model)
+        for name, value in config.values.items():
+            alive.setdefault(name, set()).add(repr(value))
+    dead = [f"engine {e!r}: no config fits (e.g. {why.get(('engine', repr(e)), '?')})"
+            for e in space.m.engines if e not in alive["engine"]]
+    dead += [f"model {m.name!r}: no config fits" for m in space.m.models if m.name not in alive["model"]]
+    for name, param in space.m.params.items():
+        for value in _value_choices(param):
+            if repr(value) not in alive.get(name, set()):
+                reason = why.get((name, repr(value)), "never active, or active only in configs that do not fit")
+                dead.append(f"{name}={value!r}: no feasible config uses it (e.g. {reason})")
+    return dead
+
+
+def _describe(launch: Launch, header: str) -> list[str]:
+    lines = [header]
+    if launch.fit is not None and not launch.fit.fits:
+        lines.append(f"# not launched: cannot fit ({launch.fit.detail})")
+    elif launch.fit is not None and launch.fit.warning:
+        lines.append(f"# warning: {launch.fit.warning}")
+    lines.append(launch.command)
+    return lines
+
+
+def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[str]:
+    lines: list[str] = ["# each engine at its defaults:"]
+    for launch in engine_defaults(space):
+        state = "feasible" if launch.feasible else "NOT feasible"
+        lines += _describe(launch, f"# engine {launch.config.engine} / {launch.config.model} ({state})")
+    study = _study(space)
     study.enqueue_trial(space.default_config())
-    lines: list[str] = []
+    lines.append(f"# {n} sampled trials:")
+    estimator = Estimator(space, records)
+    sampled_s = 0.0
     for i in range(n):
         trial = study.ask()
         config = space.sample(trial)
-        settings = space.engine_settings(config.engine)
-        flags, env, request = space.split(config)
-        spec = get_engine(settings.dialect).build_launch(settings, space.model_choice(config.model), flags, env,
-                                                         port=8000)
+        _, _, request = space.split(config)
         label = "default" if i == 0 else f"sample {i}"
-        lines.append(f"# trial {i} ({label}): {config.engine} / {config.model}"
-                     + (f"; request-side: {request}" if request else ""))
-        fit = estimate(space, config)
-        if fit is not None and not fit.fits:
-            lines.append(f"# not launched: cannot fit ({fit.detail})")
-        elif fit is not None and fit.warning:
-            lines.append(f"# warning: {fit.warning}")
-        lines.append(spec.command_line())
+        header = (f"# trial {i} ({label}): {config.engine} / {config.model}"
+                  + (f"; request-side: {request}" if request else ""))
+        launch = launch_of(space, config)
+        lines += _describe(launch, header)
+        sampled_s += estimator.trial_s(config.engine) if launch.feasible else 0.0
         study.tell(trial, [0.0] * len(space.m.objectives))
+    dead = dead_choices(space)
+    lines += ["# dead choices (no feasible config uses them; remove or fix them):"] + [f"#   {d}" for d in dead] \
+        if dead else ["# dead choices: none"]
+    lines += estimator.lines(space.m.budget.trials)
+    lines.append(f"# the {n} trials above: ~{sampled_s / 3600:.1f} h (those not launched cost nothing)")
     return lines

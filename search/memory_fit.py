@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engines import get_engine
+from harness.quality_checks import Check, checks_for
+from harness.user_prompts import load_prompts
+from harness.workloads import WorkloadSpec
 from search.space import Config, Space
 
 # A short item's prompt has no declared size: chars/2 plus a chat template is an upper bound for
@@ -70,17 +73,46 @@ def free_at_start(space: Space) -> LocalMemory | None:
     return local
 
 
+def stream_requests(spec: WorkloadSpec) -> list[tuple[int, int, str]]:
+    """(prompt tokens, output tokens, label) of one request of each stream of a workload, before any
+    server has counted them: declared context sizes exactly, short prompts by their upper bound, a
+    user's prompt file by its longest prompt."""
+    if spec.source is not None:
+        src = spec.source
+        if src.format == "documents":
+            return [(src.context_tokens, spec.max_tokens or src.max_tokens, f"{spec.name}/documents")]
+        prompts = load_prompts(src)
+        longest = max(prompts, key=lambda pr: sum(len(c) for _, c in pr.messages))
+        chars = sum(len(c) for _, c in longest.messages)
+        output = spec.max_tokens or longest.max_tokens or src.max_tokens
+        return [(chars // 2 + _TEMPLATE_TOKENS, output, f"{spec.name}/{Path(src.path).name}")] * spec.concurrency
+    out = []
+    for name in spec.streams:
+        item = spec.item(name)
+        prompt = spec.context_tokens(item) or len(item.prompt) // 2 + _TEMPLATE_TOKENS
+        out.append((prompt, spec.output_tokens(item), f"{spec.name}/{name}"))
+    return out
+
+
 def longest_request(space: Space, request: dict[str, object] | None = None) -> tuple[int, str]:
-    """(tokens, "workload/item") of the longest request (prompt + output) the workloads send."""
+    """(tokens, "workload/item") of the longest request (prompt + output) the workloads and the
+    quality suite's long-context checks send."""
     best = (0, "")
     for spec in space.workload_specs(request):  # type: ignore[arg-type]
-        for name in set(spec.streams):
-            item = spec.item(name)
-            prompt = spec.context_tokens(item) or len(item.prompt) // 2 + _TEMPLATE_TOKENS
-            need = prompt + spec.output_tokens(item)
-            if need > best[0]:
-                best = (need, f"{spec.name}/{name}")
+        for prompt, output, label in stream_requests(spec):
+            if prompt + output > best[0]:
+                best = (prompt + output, label)
+    quality = space.m.quality
+    for check in quality_checks(space):
+        need = round(check.context_tokens * quality.context_scale) + check.max_tokens
+        if check.context_tokens and need > best[0]:
+            best = (need, f"quality/{check.name}")
     return best
+
+
+def quality_checks(space: Space) -> tuple[Check, ...]:
+    suite = space.m.quality.suite
+    return checks_for(suite) if suite else ()
 
 
 def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> FitEstimate | None:

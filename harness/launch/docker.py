@@ -19,6 +19,7 @@ import re
 import socket
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,9 @@ from docker.types import DeviceRequest
 
 from harness.launch import registry
 from harness.launch.base import StartupError
-from harness.launch.spec import LaunchSpec
+from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
 
 LABEL = "flagsearch"
-KEEP_ENTRYPOINT = "@entrypoint"
 
 
 def client_from_env() -> docker.DockerClient:
@@ -52,6 +52,18 @@ def device_requests(gpus: str | None) -> list[DeviceRequest]:
     if gpus.strip() == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return [DeviceRequest(device_ids=[d.strip() for d in gpus.split(",") if d.strip()], capabilities=[["gpu"]])]
+
+
+def repo_digest(image: Any, name: str) -> str | None:
+    """The registry digest (sha256:...) of a pulled image, matching `name`'s repository where it has
+    several; None for an image built or imported locally (it has no registry digest)."""
+    digests = list((image.attrs or {}).get("RepoDigests") or [])
+    repo = name.split("@", 1)[0]
+    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
+    for entry in digests:
+        if entry.split("@", 1)[0] == repo:
+            return entry.split("@", 1)[1]
+    return digests[0].split("@", 1)[1] if digests else None
 
 
 def container_config(spec: LaunchSpec, log_path: Path) -> dict[str, Any]:
@@ -197,7 +209,7 @@ class DockerLauncher:
         if not spec.image:
             raise StartupError("bad_spec", f"engine {spec.engine!r}: the docker launcher needs an `image`", [])
         try:
-            self.client.images.get(spec.image)
+            image = self.client.images.get(spec.image)
         except docker.errors.ImageNotFound:
             raise StartupError("image_not_found", f"image {spec.image!r} is not present on this Docker engine; "
                                f"flagsearch never pulls: run `docker pull {spec.image}` first", []) from None
@@ -218,7 +230,8 @@ class DockerLauncher:
             text = str(exc.explanation or exc)
             cause = "gpu_unavailable" if "device driver" in text or "gpu" in text.lower() else "docker_error"
             raise StartupError(cause, f"cannot start the container: {text}", []) from None
-        server = DockerServer(spec, log_path, container)
+        # The server's spec names the exact image that ran (server.spec.command_line() pins it).
+        server = DockerServer(replace(spec, image_digest=repo_digest(image, spec.image)), log_path, container)
         registry.remember(server)
         return server
 

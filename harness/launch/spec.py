@@ -2,62 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# Names that look like credentials. Their values never reach results, reports or logs we write.
-# Whole name segments only: HF_TOKEN, --api-key, AWS_SECRET_ACCESS_KEY are secrets, while
-# --max-num-batched-tokens or TOKENIZER are not (a redacted flag value breaks the reproduce command).
-_SECRET_NAME = re.compile(r"(?:^|[_\-.])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:$|[_\-.])", re.IGNORECASE)
-REDACTED = "***"
-# Values shorter than this are not scrubbed by value (too likely to hit ordinary text such as "1").
-_MIN_SECRET_LEN = 6
+from harness.secrets import REDACTED, argv_secrets, is_secret_name, known, redact_argv, redact_env, scrub_text
 
-
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+# The secret rules live in harness.secrets; re-exported here for the launchers and older imports.
+__all__ = ["REDACTED", "LaunchSpec", "Volume", "is_secret_name", "redact_argv", "redact_env", "scrub_text",
+           "secret_values"]
 
 
 def secret_values(*envs: Mapping[str, str]) -> list[str]:
-    """Values of secret-named variables in `envs` and in our own environment, longest first."""
-    found = {v for env in (*envs, os.environ) for k, v in env.items()
-             if is_secret_name(k) and v and len(v) >= _MIN_SECRET_LEN}
-    return sorted(found, key=len, reverse=True)
+    """Every known secret value (see harness.secrets.known), including those of `envs`."""
+    return known(*envs)
 
 
-def scrub_text(text: str, secrets: Iterable[str]) -> str:
-    """Replace every occurrence of a secret value (e.g. an expanded ${HF_TOKEN} in an argv)."""
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return text
-
-
-def redact_argv(argv: Iterable[str]) -> list[str]:
-    """`--api-key X` / `--hf-token=X` -> the value replaced; other arguments unchanged."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and is_secret_name(arg.split("=", 1)[0]):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
+# argv[0] that keeps a Docker image's own entrypoint (the rest are its arguments).
+KEEP_ENTRYPOINT = "@entrypoint"
 
 
 @dataclass(frozen=True)
@@ -84,6 +46,7 @@ class LaunchSpec:
     ipc_host: bool = False
     privileged: bool = False
     ready_timeout_s: float = 900.0
+    image_digest: str | None = None  # docker: the image's repository digest (sha256:...), where known
 
     def __post_init__(self) -> None:
         # Arguments go to exec() as a list, never through a shell; reject what exec cannot take
@@ -107,24 +70,40 @@ class LaunchSpec:
         return f"http://{host}:{self.port}"
 
     def command_line(self) -> str:
-        """The command a user can paste to start the same server (secrets redacted)."""
-        secrets = secret_values(self.env)
+        """The command a user can paste into a shell to start the same server (secrets redacted).
+
+        Docker: the `docker run` line that makes the container the Docker launcher makes (host
+        network, init, no-new-privileges unless privileged, GPUs, IPC, shm, env, volumes, the
+        entrypoint: argv[0] becomes --entrypoint unless it is "@entrypoint", which keeps the image's
+        own), pinned to the image's digest where the launcher learned it."""
+        secrets = sorted({*secret_values(self.env), *argv_secrets(self.argv)}, key=len, reverse=True)
+        if self.launcher == "docker" and self.image:
+            return scrub_text(shlex.join(self.docker_run_argv()), secrets)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
         cmd = shlex.join(redact_argv(self.argv))
-        if self.launcher == "docker" and self.image:
-            flags = ["docker run --rm --network host"]
-            if self.gpus:
-                flags.append(f"--gpus {shlex.quote(self.gpus)}")
-            if self.ipc_host:
-                flags.append("--ipc host")
-            if self.shm_size:
-                flags.append(f"--shm-size {self.shm_size}")
-            if self.privileged:
-                flags.append("--privileged")
-            flags += [f"-e {k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items())]
-            flags += [
-                f"-v {shlex.quote(v.host_path)}:{shlex.quote(v.container_path)}{':ro' if v.read_only else ''}"
-                for v in self.volumes
-            ]
-            return scrub_text(" ".join([*flags, shlex.quote(self.image), cmd]), secrets)
         return scrub_text(f"{env} {cmd}".strip(), secrets)
+
+    def docker_run_argv(self) -> list[str]:
+        """`docker run ...` as an argv (values redacted as in command_line)."""
+        assert self.image, "docker_run_argv needs an image"
+        out = ["docker", "run", "--rm", "--network", "host", "--init"]
+        if self.gpus:
+            gpus = self.gpus.strip()
+            # The CLI's syntax for a device list is --gpus '"device=0,1"'.
+            out += ["--gpus", gpus if gpus == "all" or "=" in gpus else f'"device={gpus}"']
+        if self.ipc_host:
+            out += ["--ipc", "host"]
+        if self.shm_size:
+            out += ["--shm-size", self.shm_size]
+        out += ["--privileged"] if self.privileged else ["--security-opt", "no-new-privileges"]
+        for k, v in sorted(redact_env(self.env).items()):
+            out += ["-e", f"{k}={v}"]
+        for vol in self.volumes:
+            out += ["-v", f"{vol.host_path}:{vol.container_path}{':ro' if vol.read_only else ''}"]
+        argv = redact_argv(self.argv)
+        keep_entrypoint = argv[0] == KEEP_ENTRYPOINT
+        if not keep_entrypoint:
+            out += ["--entrypoint", argv[0]]
+        # name:tag@digest runs the digest (the tag stays for the reader).
+        image = f"{self.image}@{self.image_digest}" if self.image_digest and "@" not in self.image else self.image
+        return [*out, image, *argv[1:]]

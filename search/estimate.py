@@ -1,0 +1,165 @@
+"""What a study will cost in wall time, before it runs and while it runs.
+
+One trial = server start + (warmup + repeats) x one pass over the workloads + the quality suite.
+
+Each part comes from the best source there is, and says which:
+- measured: the mean of this engine's finished trials (`Estimator.observe`, or the study's stored
+  records at start): the server's ready time, and the rest of the trial's wall time;
+- declared: the space's `engines.<name>.expect` (start_s, decode_tok_s, prefill_tok_s);
+- assumed: decode at half the device's bandwidth roofline (bandwidth / bytes of active weights per
+  token), prefill at 40x decode, 120 s to start. A printed "assumed" means: declare it.
+
+A workload pass is timed from its token counts: each stream sends its requests back to back; with
+c concurrent streams a stream decodes at decode / sqrt(c) (the documents' DGX Spark: 4 short streams
+gave 63.86 tok/s aggregate vs ~31 for one, about 2x = sqrt(4)) and prefills at prefill / c.
+
+The study loop updates the estimate from each finished trial:
+
+    est = Estimator(space, records)          # records: the study's finished TrialRecords, if any
+    est.observe(record)                      # after each trial
+    est.trial_s(engine) / est.remaining_s(trials_left)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from harness.workloads import WorkloadSpec
+from search.memory_fit import longest_request, quality_checks, stream_requests
+from search.results import TrialRecord
+from search.space import Space
+
+ASSUMED_START_S = 120.0
+ASSUMED_ROOFLINE_SHARE = 0.5
+ASSUMED_PREFILL_PER_DECODE = 40.0
+ASSUMED_DECODE_TOK_S = 20.0  # no device bandwidth or model size stated
+_SHORT_PROMPT_TOKENS = 100  # a short item's prompt, chat template included (upper bound)
+
+
+@dataclass(frozen=True)
+class Part:
+    seconds: float
+    source: str  # measured (n trials) | declared | assumed
+
+
+@dataclass(frozen=True)
+class EngineCost:
+    engine: str
+    start: Part
+    measure: Part  # workloads x runs + quality
+    decode_tok_s: float
+    prefill_tok_s: float
+    rates_source: str
+
+    @property
+    def trial_s(self) -> float:
+        return self.start.seconds + self.measure.seconds
+
+    def line(self) -> str:
+        return (f"{self.engine}: start {self.start.seconds:.0f} s ({self.start.source}), "
+                f"measuring {self.measure.seconds:.0f} s ({self.measure.source}; decode {self.decode_tok_s:.3g} "
+                f"tok/s, prefill {self.prefill_tok_s:.4g} tok/s {self.rates_source}), "
+                f"trial ~{self.trial_s / 60:.1f} min")
+
+
+def request_s(prompt: int, output: int, concurrency: int, decode: float, prefill: float) -> float:
+    return prompt / (prefill / concurrency) + output / (decode / math.sqrt(concurrency))
+
+
+def workload_pass_s(spec: WorkloadSpec, decode: float, prefill: float, timeout_s: float) -> float:
+    """One pass over a workload: the slowest stream (closed loop), or the arrivals' span plus one
+    request (open loop, `rate`). A shared-context item (warm-prefix RAG) is costed as cold: an upper
+    bound."""
+    c = spec.concurrency
+    per_stream = [min(timeout_s, request_s(prompt, output, c, decode, prefill)) * spec.requests_per_stream
+                  for prompt, output, _ in stream_requests(spec)]
+    if spec.rate:
+        n = c * spec.requests_per_stream
+        return n / spec.rate + max(per_stream) / spec.requests_per_stream
+    return max(per_stream)
+
+
+class Estimator:
+    def __init__(self, space: Space, records: Iterable[TrialRecord] = ()):
+        self.space = space
+        self._starts: dict[str, list[float]] = {}
+        self._measures: dict[str, list[float]] = {}
+        for record in records:
+            self.observe(record)
+
+    def observe(self, record: TrialRecord) -> None:
+        """Learn from a finished trial: its start (unless a running server was reused) and the rest
+        of its wall time. Failed starts teach nothing about a measured trial and are left out."""
+        if record.failure is not None or record.ready_s is None or record.wall_s is None:
+            return
+        if not record.reused_server:
+            self._starts.setdefault(record.engine, []).append(record.ready_s)
+        rest = record.wall_s - (0.0 if record.reused_server else record.ready_s)
+        if rest > 0:
+            self._measures.setdefault(record.engine, []).append(rest)
+
+    def _rates(self, engine: str) -> tuple[float, float, str]:
+        expect = self.space.m.engines[engine].expect
+        decode, prefill, source = expect.decode_tok_s, expect.prefill_tok_s, "declared"
+        if decode is None:
+            device, model = self.space.m.device, self.space.m.models[0]
+            if device and device.bandwidth_gbs and model.active_params_b and model.bytes_per_param:
+                roofline = device.bandwidth_gbs / (model.active_params_b * model.bytes_per_param)
+                decode = roofline * ASSUMED_ROOFLINE_SHARE
+            else:
+                decode = ASSUMED_DECODE_TOK_S
+            source = "assumed"
+        if prefill is None:
+            prefill, source = decode * ASSUMED_PREFILL_PER_DECODE, "assumed"
+        return decode, prefill, source
+
+    def _measure_from_rates(self, decode: float, prefill: float) -> float:
+        m = self.space.m
+        timeout = m.measure.request_timeout_s
+        passes = m.measure.repeats + (1 if m.measure.warmup else 0)
+        total = passes * sum(workload_pass_s(w, decode, prefill, timeout) for w in self.space.workload_specs())
+        checks = quality_checks(self.space)
+        c = m.quality.concurrency
+        serial = sum(request_s(round(ch.context_tokens * m.quality.context_scale) or _SHORT_PROMPT_TOKENS,
+                               ch.max_tokens, c, decode, prefill) for ch in checks)
+        return total + serial / c
+
+    def engine_cost(self, engine: str) -> EngineCost:
+        decode, prefill, rates_source = self._rates(engine)
+        starts, measures = self._starts.get(engine), self._measures.get(engine)
+        declared_start = self.space.m.engines[engine].expect.start_s
+        if starts:
+            start = Part(sum(starts) / len(starts), f"measured, {len(starts)} trials")
+        elif declared_start is not None:
+            start = Part(declared_start, "declared")
+        else:
+            start = Part(ASSUMED_START_S, "assumed")
+        if measures:
+            measure = Part(sum(measures) / len(measures), f"measured, {len(measures)} trials")
+        else:
+            passes = self.space.m.measure.repeats + (1 if self.space.m.measure.warmup else 0)
+            measure = Part(self._measure_from_rates(decode, prefill),
+                           f"{passes} passes x {len(self.space.m.workloads)} workloads + quality, from rates")
+        return EngineCost(engine, start, measure, decode, prefill, rates_source)
+
+    def trial_s(self, engine: str | None = None) -> float:
+        """One trial of `engine`; without one, the mean over the space's engines (drawn evenly)."""
+        if engine is not None:
+            return self.engine_cost(engine).trial_s
+        engines = list(self.space.m.engines)
+        return sum(self.engine_cost(e).trial_s for e in engines) / len(engines)
+
+    def remaining_s(self, trials_left: int) -> float:
+        return max(0, trials_left) * self.trial_s()
+
+    def lines(self, trials: int) -> list[str]:
+        """The estimate as text: per engine, then the study."""
+        out = ["# time estimate, per trial = start + (warmup + repeats) x workloads + quality:"]
+        out += ["#   " + self.engine_cost(e).line() for e in self.space.m.engines]
+        longest, where = longest_request(self.space)
+        out.append(f"#   longest request: {longest} tokens ({where})")
+        total = self.remaining_s(trials)
+        out.append(f"# study of {trials} trials (engines drawn evenly): ~{total / 3600:.1f} h")
+        return out
