@@ -37,12 +37,13 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from search.space import REQUEST_SIDE, FixedParam, Space, _distribution
+from search.surrogate import FailureModel, Observation, expected_improvement, gp_posterior
 
 FAILED_KEY = "failed"
 FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - threshold)
 FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
 MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
-RESAMPLE_TRIES = 8
+RESAMPLE_TRIES = 3
 
 SamplerKind = Literal["tpe", "nsga2"]
 
@@ -64,6 +65,14 @@ def failure_values(directions: Sequence[StudyDirection | str]) -> list[float]:
 
 def is_failed(trial: FrozenTrial) -> bool:
     return trial.constraints.get(FAILED_KEY, 0.0) > 0
+
+
+def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Observation:
+    """A COMPLETE trial as the surrogate model sees it: failed (value None), infeasible, or a value."""
+    params = trial.params or trial.system_attrs.get("fixed_params", {})
+    feasible = all(v <= 0 for v in trial.constraints.values())
+    value = None if is_failed(trial) or not trial.values else trial.values[0]
+    return Observation({k: params[k] for k in dists}, value, feasible)
 
 
 def design_space(space: Space) -> dict[str, BaseDistribution]:
@@ -164,13 +173,15 @@ def default_design_size(space: Space) -> int:
 class FlagSampler(BaseSampler):
     """A fixed space-filling design for the first trials, then `inner` (TPE or NSGA-II). A
     proposal identical to an earlier or running trial is drawn again (RESAMPLE_TRIES times),
-    then replaced by a random untried config."""
+    then replaced by the closest untried config."""
 
     def __init__(self, dists: dict[str, BaseDistribution], inner: BaseSampler, n_design: int,
-                 design_seed: int, seed: int):
+                 design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03):
         self.dists = dists
         self.inner = inner
         self.n_design = n_design
+        self.guide = guide
+        self.noise_floor = noise_floor
         self.design = latin_design(dists, n_design, design_seed) if dists and n_design > 0 else []
         self._rng = np.random.default_rng(seed)
         self._random = RandomSampler(seed=seed)
@@ -190,6 +201,10 @@ class FlagSampler(BaseSampler):
         row = self._design_row(study, trial)
         if row is not None:
             proposal = {**proposal, **self.design[row]}
+        elif self.guide == "gp":
+            guided = self._gp_choice(study, trial)
+            if guided is not None:
+                return {**proposal, **guided}
         proposal = self._complete(proposal)
         taken = self._taken(study, trial)
         for _ in range(RESAMPLE_TRIES):
@@ -197,7 +212,7 @@ class FlagSampler(BaseSampler):
                 break
             proposal = self._complete(self.inner.sample_relative(study, trial, inner_space))
         if self._key(proposal) in taken:
-            fresh = self._untried(taken)
+            fresh = self._untried(taken, proposal)
             if fresh is not None:
                 proposal = {**proposal, **fresh}
         return proposal
@@ -232,6 +247,32 @@ class FlagSampler(BaseSampler):
         row = trial.number - enqueued
         return row if 0 <= row < len(self.design) else None
 
+    def _gp_choice(self, study: Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The untried config of highest expected improvement under search/surrogate.py's model
+        (single objective, enumerable spaces; None otherwise: the inner sampler decides)."""
+        if len(study.directions) != 1 or self.all_configs is None:
+            return None
+        observed: list[Observation] = []
+        taken = self._taken(study, trial)
+        for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False):
+            key = self._key(t.params)
+            if key is not None and t.values:
+                observed.append(observation(t, self.dists))
+        if sum(o.usable for o in observed) < 2:
+            return None
+        untried = [c for c in self.all_configs if self._key(c) not in taken]
+        if not untried:
+            return None
+        failures = FailureModel(observed, self.dists)
+        candidates = [c for c in untried if not failures.fails(c)] or untried
+        maximize = study.directions[0] == StudyDirection.MAXIMIZE
+        mu, sd = gp_posterior(observed, candidates, self.dists, self.noise_floor, maximize)
+        sign = 1.0 if maximize else -1.0
+        best = max(sign * math.log(o.value) for o in observed if o.usable and o.value is not None)
+        ei = expected_improvement(mu, sd, best)
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        return candidates[int(top[int(self._rng.integers(len(top)))])]
+
     def _complete(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """Design params the inner sampler left out (its random start, NSGA-II's mutations) are
         drawn at random here, so that every proposal can be checked for duplicates."""
@@ -262,10 +303,16 @@ class FlagSampler(BaseSampler):
                 out.add(key)
         return out
 
-    def _untried(self, taken: set[str]) -> dict[str, Any] | None:
+    def _untried(self, taken: set[str], near: dict[str, Any]) -> dict[str, Any] | None:
+        """An untried config: of a discrete space, one closest to what the model wanted (fewest
+        params changed; ties at random), so the model's choice still steers."""
         if self.all_configs is not None:
             left = [c for c in self.all_configs if self._key(c) not in taken]
-            return left[int(self._rng.integers(len(left)))] if left else None
+            if not left:
+                return None
+            distance = [sum(c[k] != near.get(k) for k in self.dists) for c in left]
+            closest = [c for c, d in zip(left, distance, strict=True) if d == min(distance)]
+            return closest[int(self._rng.integers(len(closest)))]
         for _ in range(1000):
             config = {k: _random_value(d, self._rng) for k, d in self.dists.items()}
             if self._key(config) not in taken:
@@ -274,7 +321,8 @@ class FlagSampler(BaseSampler):
 
 
 def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,
-                 n_design: int | None = None) -> BaseSampler:
+                 n_design: int | None = None, guide: Literal["gp", "inner"] = "gp",
+                 noise_floor: float = 0.03) -> BaseSampler:
     """The study's sampler. `seed`: this worker's seed (see worker_seed); the space's seed when
     None. `kind`: TPE for any number of objectives (multi-objective TPE learns from fewer trials
     than NSGA-II's generations), NSGA-II on request. Both honour the constraints each trial sets,
@@ -288,7 +336,7 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
         with warnings.catch_warnings():  # multivariate and constant_liar are "experimental" since 2.x
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             inner = TPESampler(seed=seed, n_startup_trials=n_design, multivariate=True, constant_liar=True)
-    return FlagSampler(design_space(space), inner, n_design, space.m.seed, seed)
+    return FlagSampler(design_space(space), inner, n_design, space.m.seed, seed, guide, noise_floor)
 
 
 def space_exhausted(study: Study, space: Space) -> bool:

@@ -60,11 +60,12 @@ def tell(study: optuna.Study, space: Space, params: dict[str, Any], kind: str, v
     study.tell(trial, values)
 
 
-def scarce_feasible_study(space: Space, failure: str, seed: int, kind: str = "tpe") -> optuna.Study:
+def scarce_feasible_study(space: Space, failure: str, seed: int, guide: str = "inner") -> optuna.Study:
     """Failures at x 0..4, completed-but-infeasible configs at x 35..39 (better values further
     right), one feasible config at x 20: feasible results are scarce, as early in a study."""
     directions = [o.direction for o in space.m.objectives]
-    study = optuna.create_study(directions=directions, sampler=make_sampler(space, seed, kind=kind, n_design=0))
+    sampler = make_sampler(space, seed, n_design=0, guide=guide)  # type: ignore[arg-type]
+    study = optuna.create_study(directions=directions, sampler=sampler)
     for x in range(5):
         tell(study, space, {"x": x}, failure)
     for x in range(35, 40):
@@ -96,13 +97,30 @@ def test_tpe_only_failures_and_infeasible() -> None:
     space = make_space(LINE)
     proposals = []
     for seed in range(20):
-        study = optuna.create_study(direction="maximize", sampler=make_sampler(space, seed, n_design=0))
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(space, seed, n_design=0, guide="inner"))
         for x in range(10):
             tell(study, space, {"x": x}, "failed")
         for x in range(30, 40):
             tell(study, space, {"x": x}, "infeasible", value=float(x))
         proposals.append(next_x(study, space))
     assert sum(x <= 12 for x in proposals) <= 2, proposals
+
+
+def test_gp_guide_learns_from_failures_and_skips_infeasible() -> None:
+    """The guided phase (single objective, enumerable space). Failures at x 0..9, results rising
+    to the left from x 32 to x 12, an infeasible result at x 39 faster than all: it proposes
+    next to the best feasible result, never in the failing region nor chasing the infeasible one."""
+    space = make_space(LINE)
+    proposals = []
+    for seed in range(5):
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(space, seed, n_design=0))
+        for x in range(10):
+            tell(study, space, {"x": x}, "failed")
+        tell(study, space, {"x": 39}, "infeasible", value=100.0)
+        for x in (12, 16, 20, 26, 32):
+            tell(study, space, {"x": x}, "feasible", value=50.0 - x)
+        proposals.append(next_x(study, space))
+    assert all(10 <= x <= 15 for x in proposals), proposals
 
 
 def test_failed_trial_is_never_best() -> None:

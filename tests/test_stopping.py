@@ -1,0 +1,131 @@
+"""The "nothing left to win" rule (search/stopping.py) on studies told as the loop tells them."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
+from search.space import Space, parse_space
+from search.stopping import study_should_stop
+from search.surrogate import Observation, likely_to_fail
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+ABC = {"a": [0, 1, 2], "b": ["x", "y", "z"], "c": [16, 64, 256]}
+
+
+def make_space(direction: str = "maximize") -> Space:
+    params = {k: {"type": "categorical", "choices": v} for k, v in ABC.items()}
+    return parse_space({"name": "t", "engines": {"llamacpp": {"command": ["llama-server"]}},
+                        "models": [{"name": "m", "path": "m.gguf"}], "params": params,
+                        "workloads": [{"name": "w", "streams": ["qa"]}],
+                        "objectives": [{"metric": "w.output_tok_s", "direction": direction}]})
+
+
+def configs() -> list[dict[str, Any]]:
+    return [dict(zip(ABC, v, strict=True)) for v in itertools.product(*ABC.values())]
+
+
+def study_of(space: Space, measured: list[dict[str, Any]], value: Callable[[dict[str, Any]], float | None]
+             ) -> optuna.Study:
+    """A study holding `measured`, each told as the loop tells it (None = failed)."""
+    study = optuna.create_study(directions=[space.m.objectives[0].direction], sampler=make_sampler(space, 0))
+    for config in measured:
+        study.enqueue_trial(config)
+        trial = study.ask()
+        space.sample(trial)
+        v = value(config)
+        if v is None:
+            trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
+            study.tell(trial, failure_values(study.directions))
+        else:
+            trial.set_constraint(FAILED_KEY, 0.0)
+            study.tell(trial, v)
+    return study
+
+
+def speed(config: dict[str, Any], seed: int = 0) -> float:
+    """Throughput set by `a` (x2 per step); b and c within 1% noise."""
+    noise = random.Random(repr(sorted(config.items())) + str(seed)).uniform(-0.01, 0.01)
+    return 10.0 * 2 ** config["a"] * (1 + noise)
+
+
+def test_keeps_going_while_a_value_is_unexplored() -> None:
+    """a = 2 never measured: the model cannot rule out that it doubles the speed."""
+    space = make_space()
+    measured = [c for c in configs() if c["a"] < 2]
+    decision = study_should_stop(study_of(space, measured, speed), space, noise_floor=0.03)
+    assert not decision.stop, decision
+    assert decision.best_candidate is not None and decision.best_candidate["a"] == 2
+
+
+def test_stops_when_no_untried_config_can_win() -> None:
+    """Every value of every param measured, speed set by `a` alone: what is left is within the
+    noise of the incumbent."""
+    space = make_space()
+    rng = random.Random(0)
+    measured = rng.sample(configs(), 15)
+    measured += [c for c in configs() if c["a"] == 2 and c not in measured][:2]
+    assert {c["a"] for c in measured} == {0, 1, 2} and {c["b"] for c in measured} == {"x", "y", "z"}
+    decision = study_should_stop(study_of(space, measured, speed), space, noise_floor=0.03)
+    assert decision.stop, decision
+    assert "nothing left to win" in decision.reason
+
+
+def test_same_study_with_a_strong_untried_effect_keeps_going() -> None:
+    """The same measured configs, but c = 256 (never measured with a = 2) doubles the speed in
+    the measured ones: a config with a = 2 and c = 256 may still win."""
+    space = make_space()
+    measured = [c for c in configs() if not (c["a"] == 2 and c["c"] == 256)][:20]
+
+    def interacting(config: dict[str, Any]) -> float:
+        return speed(config) * (2.0 if config["c"] == 256 else 1.0)
+
+    decision = study_should_stop(study_of(space, measured, interacting), space, noise_floor=0.03)
+    assert not decision.stop, decision
+
+
+def test_stops_when_exhausted_and_on_the_roofline() -> None:
+    space = make_space()
+    done = study_should_stop(study_of(space, configs(), speed), space, noise_floor=0.03)
+    assert done.stop and "every config" in done.reason
+    few = study_of(space, configs()[:3], speed)
+    assert not study_should_stop(few, space, noise_floor=0.03).stop
+    roof = study_should_stop(few, space, noise_floor=0.03, roofline_fraction=0.985)
+    assert roof.stop and "roofline" in roof.reason
+
+
+def test_failing_region_does_not_keep_the_study_going() -> None:
+    """b = x always fails: untried b = x configs are judged likely to fail, not possible winners."""
+    space = make_space()
+    rng = random.Random(1)
+    measured = rng.sample(configs(), 17)
+
+    def value(config: dict[str, Any]) -> float | None:
+        return None if config["b"] == "x" else speed(config)
+
+    study = study_of(space, measured, value)
+    decision = study_should_stop(study, space, noise_floor=0.03)
+    assert decision.stop, decision
+    observed = [Observation(t.params, None if t.constraints.get(FAILED_KEY, 0) > 0 else t.values[0])
+                for t in study.trials if t.state == TrialState.COMPLETE]
+    dists = {k: optuna.distributions.CategoricalDistribution(v) for k, v in ABC.items()}
+    untried = [c for c in configs() if c not in measured]
+    assert [c for c in untried if likely_to_fail(c, observed, dists)] == [c for c in untried if c["b"] == "x"]
+
+
+def test_minimize_direction() -> None:
+    """Latency: the same rule with the direction flipped."""
+    space = make_space("minimize")
+    measured = [c for c in configs() if c["a"] < 2]
+    keeps = study_should_stop(study_of(space, measured, lambda c: 1.0 / speed(c)), space, 0.03)
+    assert not keeps.stop and keeps.best_candidate is not None and keeps.best_candidate["a"] == 2
+    rng = random.Random(0)
+    measured = rng.sample(configs(), 15) + [c for c in configs() if c["a"] == 2][:2]
+    stops = study_should_stop(study_of(space, measured, lambda c: 1.0 / speed(c)), space, 0.03)
+    assert stops.stop, stops
