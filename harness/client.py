@@ -211,6 +211,49 @@ async def chat_once(client: httpx.AsyncClient, base_url: str, payload: dict[str,
 
 
 async def served_model_id(client: httpx.AsyncClient, base_url: str) -> str:
-    resp = await client.get(base_url + "/v1/models", timeout=10.0)
+    # Also from a plain httpx client (not server_client): the key of a registered server is sent.
+    resp = await client.get(base_url + "/v1/models", timeout=10.0, headers=auth_headers(base_url))
     resp.raise_for_status()
     return resp.json()["data"][0]["id"]
+
+
+# ---- servers that demand a key ---------------------------------------------------------------------
+# A server started with `--api-key` (or LLAMA_API_KEY / VLLM_API_KEY) refuses requests without it.
+# The launchers register the key of each server they start (harness.secrets.api_key) and every
+# client made by server_client() sends it to that server, and only to that server.
+_API_KEYS: dict[str, str] = {}
+_LOCAL = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "")
+
+
+def _origin(url: httpx.URL | str) -> str:
+    u = httpx.URL(url)
+    host = "127.0.0.1" if u.host in _LOCAL else u.host
+    return f"{host}:{u.port or (443 if u.scheme == 'https' else 80)}"
+
+
+def register_api_key(base_url: str, key: str) -> None:
+    _API_KEYS[_origin(base_url)] = key
+
+
+def forget_api_key(base_url: str) -> None:
+    _API_KEYS.pop(_origin(base_url), None)
+
+
+def auth_headers(base_url: str) -> dict[str, str]:
+    key = _API_KEYS.get(_origin(base_url))
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class ServerAuth(httpx.Auth):
+    """Adds `Authorization: Bearer KEY` to requests for a server registered with a key."""
+
+    def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
+        key = _API_KEYS.get(_origin(request.url))
+        if key and "authorization" not in request.headers:
+            request.headers["Authorization"] = f"Bearer {key}"
+        yield request
+
+
+def server_client(**kwargs: Any) -> httpx.AsyncClient:
+    """An httpx client for talking to the servers we started (sends their API keys)."""
+    return httpx.AsyncClient(auth=ServerAuth(), **kwargs)

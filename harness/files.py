@@ -155,7 +155,10 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def parse_yaml(text: str, source: str, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Any:
     """Safe YAML with bounded nesting and alias expansion. One document; an empty one is None."""
-    loader = _BoundedLoader(text)
+    try:
+        loader = _BoundedLoader(text)  # the reader checks characters here already
+    except yaml.YAMLError as exc:
+        raise InputError(source, f"not valid YAML: {exc}") from None
     loader.max_depth = max_depth
     try:
         node = loader.get_single_node()

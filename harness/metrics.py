@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.client import server_client
 from harness.engines.base import MetricNames
 
 # Canonical MetricNames fields that are gauges (everything else there is a counter).
@@ -128,7 +129,7 @@ class GaugeWatcher:
         self._task: asyncio.Task[None] | None = None
 
     async def _loop(self) -> None:
-        async with httpx.AsyncClient() as client:
+        async with server_client() as client:
             while True:
                 s = await scrape(client, self.base_url, timeout_s=max(1.0, self.interval_s * 2))
                 if s.ok:

@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from harness.client import server_client
+from harness.files import load_json, parse_yaml
 
 EPS = 1e-10
 RESUME_CHUNK = 8  # tokens generated per resume request on servers without prompt_logprobs
@@ -62,7 +64,7 @@ class AgreementPrompt:
 
 @cache
 def prompt_sets() -> dict[str, tuple[AgreementPrompt, ...]]:
-    data = yaml.safe_load(resources.files("harness").joinpath("data/quality.yaml").read_text())
+    data = parse_yaml(resources.files("harness").joinpath("data/quality.yaml").read_text(), "harness/data/quality.yaml")
     return {name: tuple(AgreementPrompt(**p) for p in items) for name, items in (data.get("agreement") or {}).items()}
 
 
@@ -148,7 +150,7 @@ class ReferenceStore:
         path = self.path(key)
         if not path.exists():
             return None
-        return ReferenceAnswers.from_dict(json.loads(path.read_text()))
+        return ReferenceAnswers.from_dict(load_json(path))
 
     def save(self, ref: ReferenceAnswers) -> Path:
         path = self.path(ref.key)
@@ -238,7 +240,7 @@ async def capture_reference(base_url: str, model_id: str, dialect: str, spec: Re
     """Run the reference prompts on a server running the reference config."""
     start = time.monotonic()
     items = []
-    async with httpx.AsyncClient() as client:
+    async with server_client() as client:
         for prompt in prompt_sets()[spec.prompts]:
             ids = await tokenize(client, base_url, model_id, dialect, prompt.text, timeout_s)
             positions, text = await generate(client, base_url, model_id, ids, spec.tokens, spec.top_k, timeout_s)
@@ -366,7 +368,7 @@ async def compare(base_url: str, model_id: str, dialect: str, reference: Referen
     start = time.monotonic()
     prompts = []
     requests = 0
-    async with httpx.AsyncClient() as client:
+    async with server_client() as client:
         for item in reference.items:
             gen, text = await generate(client, base_url, model_id, item.prompt_ids, reference.tokens,
                                        reference.top_k, timeout_s)

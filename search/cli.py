@@ -13,19 +13,21 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
-from rich.console import Console
 from rich.table import Table
 
+from harness import secrets
 from harness.launch.registry import Terminated, install_signal_handlers, stop_all
 from search import commands
 from search.results import ResultsError, TrialRecord
 from search.space import Config, SpaceError, load_space
 from search.study import StudyRunner, default_storage
 from search.summary import StudyView, load_view
+from search.terminal import err, install_scrubbing_streams, safe
+from search.terminal import out as console
 
-# Piped output (CI logs, files) gets a wide fixed width: rich's 80-column default folds the table.
-console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False)
+# console/err (search.terminal): messages never folded, tables at the terminal's width or 160 columns
+# when piped; user and engine text goes through safe() before it meets rich markup.
+__all__ = ["console", "err"]
 
 
 class ConsoleReporter:
@@ -56,12 +58,12 @@ class ConsoleReporter:
             eta = f" · ETA ~{avg * (total - index + 1) / 60:.0f} min"
         self._emit("trial_started", number=number, index=index, total=total, params=config.as_params())
         if not self.quiet and not self.as_json:
-            console.print(f"[bold]{self.prefix}[/] {config.engine}/{config.model}: {params}{eta}")
+            console.print(f"[bold]{self.prefix}[/] {safe(config.engine)}/{safe(config.model)}: {safe(params)}{eta}")
 
     def phase(self, text: str) -> None:
         self._emit("phase", text=text)
         if not self.quiet and not self.as_json:
-            console.print(f"  [dim]{time.monotonic() - self.trial_t0:6.1f}s[/] {text}", soft_wrap=True)
+            console.print(f"  [dim]{time.monotonic() - self.trial_t0:6.1f}s[/] {safe(text)}")
 
     def trial_finished(self, record: TrialRecord) -> None:
         self.durations.append(record.wall_s or 0.0)
@@ -70,7 +72,7 @@ class ConsoleReporter:
         if self.as_json or self.quiet:
             return
         if record.failure:
-            console.print(f"  [red]failed[/]: {record.failure.cause}: {record.failure.detail}")
+            console.print(f"  [red]failed[/]: {safe(record.failure.cause)}: {safe(record.failure.detail)}")
         else:
             shown = {k: v for k, v in record.metrics.items() if k.endswith(("output_tok_s", "quality.score"))}
             console.print("  [green]done[/]: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()))
@@ -84,12 +86,12 @@ class ConsoleReporter:
         if self.best:
             console.print(f"  best so far: trial #{self.best[0]} = {self.best[1]:.4g}")
         for p in record.placebo:
-            console.print(f"  [yellow]placebo?[/] {p}")
+            console.print(f"  [yellow]placebo?[/] {safe(p)}")
 
     def note(self, text: str) -> None:
         self._emit("note", text=text)
         if not self.as_json:
-            console.print(text)
+            console.print(safe(text))
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -123,8 +125,8 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
         if r.number == view.baseline_number:
             note = ("default; " + note).strip("; ")
         q = r.metrics.get("quality.score")
-        table.add_row(str(r.number), r.state, params, *values, _fmt(ratio), _fmt(q), _fmt(r.metrics.get("errors")),
-                      _fmt(r.ready_s), note)
+        table.add_row(str(r.number), r.state, safe(params), *values, _fmt(ratio), _fmt(q),
+                      _fmt(r.metrics.get("errors")), _fmt(r.ready_s), safe(note))
     console.print(table)
     if starts is not None:
         console.print(f"server starts: {starts}, saved by reuse: {saved}")
@@ -137,7 +139,7 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
         desc = ", ".join(f"{m}={_fmt(v, 4)}" for m, v in zip(metric_names, r.objective_values or [], strict=False))
         console.print(f"\n[bold green]best[/] trial #{r.number}: {desc}"
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
-        console.print(r.command, soft_wrap=True)
+        console.print(safe(r.command))
 
 
 def _storage_for(target: str, storage: str | None) -> tuple[str, str]:
@@ -168,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                maximize=space.m.objectives[0].direction == "maximize")
     runner = StudyRunner(space, storage, study_name, results_dir, reporter)
     if not args.json:
-        console.print(f"study [bold]{study_name}[/] in {storage}; results in {results_dir}")
+        console.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
     try:
         runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
     except KeyboardInterrupt as exc:
@@ -186,16 +188,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if view.best() else 1
 
 
+def open_study(name: str, storage: str) -> optuna.Study:
+    """An existing study, or a one-line ResultsError (no such study, no driver for the URL)."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise ResultsError(f"no study named {name!r} in {storage}") from None
+    except ImportError as exc:  # e.g. postgresql:// without psycopg2 installed
+        raise ResultsError(f"storage {storage}: {exc}") from None
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     storage, name = _storage_for(args.study, args.storage)
-    study = optuna.load_study(study_name=name, storage=storage)
-    print_study(load_view(study))
+    print_study(load_view(open_study(name, storage)))
     return 0
 
 
 def cmd_best(args: argparse.Namespace) -> int:
     storage, name = _storage_for(args.study, args.storage)
-    view = load_view(optuna.load_study(study_name=name, storage=storage))
+    view = load_view(open_study(name, storage))
     best = view.best()
     for r in best:
         print(r.command)
@@ -232,13 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     install_signal_handlers()
+    install_scrubbing_streams()
     args = build_parser().parse_args(argv)
+    if getattr(args, "storage", None):
+        secrets.remember(secrets.url_secrets(args.storage))  # a database password in --storage
     try:
         return int(args.func(args))
     except (SpaceError, ResultsError, ValueError) as exc:
-        err.print(f"[red]error[/]: {exc}")
+        err.print(f"[red]error[/]: {safe(' '.join(str(exc).split()))}")
         return 2
-    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError) as exc:
         # A corrupted, full or unreachable study storage: the root cause, in one line.
         root: BaseException = exc
         while root.__cause__ is not None:
@@ -246,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         reason = str(getattr(root, "orig", None) or root).strip().splitlines()[0]
         disk = " (disk full)" if "full" in reason.lower() else ""
         stop_all()
-        err.print(f"[red]error[/]: the study storage failed{disk}: {reason}")
+        err.print(f"[red]error[/]: the study storage failed{disk}: {safe(reason)}")
         return 2
     except Terminated:
         stop_all()

@@ -1,7 +1,9 @@
 """Space files: YAML -> validated Space -> Optuna distributions, conditions and constraints.
 
-A space file is untrusted input: it is read with yaml.safe_load, every key is validated, unknown
-keys are errors, and every error names the file, the key path and what was expected.
+A space file is untrusted input: it is read by harness.files (safe YAML with bounded size, nesting
+and alias expansion), every key is validated, unknown keys are errors, and every error is one line
+that names the file, the key path and what was expected. Literal secrets in it (values of
+secret-named keys and flags) are remembered by harness.secrets, so nothing written shows them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import optuna
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness import secrets
 from harness.engines import DIALECTS, EngineSettings, ModelChoice
+from harness.files import InputError, load_yaml
 from harness.launch.spec import Volume
 from harness.quality import QualityModel
 from harness.user_prompts import PromptSource
@@ -358,33 +361,44 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _one_line(errors: list[Any]) -> str:
+    """Pydantic's errors as `key.path: reason; key.path: reason (and N more)`, on one line."""
+    shown = [f"{_format_loc(e['loc'])}: {' '.join(str(e['msg']).split())}" for e in errors[:4]]
+    more = f" (and {len(errors) - 4} more)" if len(errors) > 4 else ""
+    return "; ".join(shown) + more
+
+
+def _secret_params(model: SpaceModel, source: str) -> None:
+    """A secret cannot be searched: Optuna would store every sampled value in the study."""
+    for name, param in model.params.items():
+        if secrets.is_secret_name(name) and not isinstance(param, FixedParam):
+            raise SpaceError(f"{source}: params.{name}: a secret cannot be a searched parameter "
+                             "(use `type: fixed`, or set it under engines.<name>.args)")
+
+
 def parse_space(data: Any, source: str = "<space>") -> Space:
     if not isinstance(data, dict):
         raise SpaceError(f"{source}: the space must be a mapping of keys, got {type(data).__name__}")
     try:
         data = _expand_tree(data, source)
+        secrets.remember(secrets.doc_secrets(data))  # before validation: an error message may quote one
         model = SpaceModel.model_validate(data)
     except SpaceError:
         raise
     except ValidationError as exc:
-        lines = [f"{_format_loc(e['loc'])}: {e['msg']}" for e in exc.errors()[:8]]
-        raise SpaceError(f"{source}: invalid space\n  " + "\n  ".join(lines)) from None
+        raise SpaceError(secrets.scrub_text(f"{source}: {_one_line(exc.errors())}")) from None
     except (TypeError, ValueError, RecursionError) as exc:  # odd documents that trip the validators
-        raise SpaceError(f"{source}: invalid space: {exc}") from None
+        raise SpaceError(secrets.scrub_text(f"{source}: invalid space: {' '.join(str(exc).split())}")) from None
+    _secret_params(model, source)
     return Space(model, source)
 
 
 def load_space(path: str | Path) -> Space:
-    p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpaceError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"{p}: not valid YAML: {exc}") from None
-    return parse_space(data, str(p))
+        data = load_yaml(path)
+    except InputError as exc:
+        raise SpaceError(str(exc)) from None
+    return parse_space(data, str(path))
 
 
 def _distribution(param: Any) -> optuna.distributions.BaseDistribution | None:

@@ -8,6 +8,9 @@ startup failure naming the `docker pull` to run. The daemon is the one DOCKER_HO
 
 `argv[0] == "@entrypoint"` keeps the image's own entrypoint (e.g. vllm/vllm-openai's `vllm serve`)
 and passes the rest as its arguments; otherwise argv runs as given (entrypoint = argv[0]).
+
+The container's output is written to the trial's log with secrets scrubbed line by line as it
+arrives (harness.secrets.LineScrubber), as for local processes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
+from harness import secrets
+from harness.client import forget_api_key, register_api_key
 from harness.launch import registry
 from harness.launch.base import StartupError
 from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
@@ -102,10 +107,16 @@ class DockerServer:
         self._log_thread.start()
 
     def _stream_logs(self) -> None:
+        known = sorted({*secrets.known(self.spec.env), *secrets.argv_secrets(self.spec.argv)}, key=len,
+                       reverse=True)
+        scrubber = secrets.LineScrubber(known)
         with self.log_path.open("ab") as log, contextlib.suppress(docker.errors.DockerException, OSError):
-            for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
-                log.write(chunk)
-                log.flush()
+            try:
+                for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                    log.write(scrubber.feed(chunk))
+                    log.flush()
+            finally:
+                log.write(scrubber.flush())
 
     def _refresh(self) -> dict[str, Any]:
         if not self._removed:
@@ -162,6 +173,7 @@ class DockerServer:
                 self.container.remove(force=True)
             self._removed = True
         self._log_thread.join(timeout=5)
+        forget_api_key(self.spec.base_url)
         registry.forget(self)
 
 
@@ -231,6 +243,9 @@ class DockerLauncher:
             cause = "gpu_unavailable" if "device driver" in text or "gpu" in text.lower() else "docker_error"
             raise StartupError(cause, f"cannot start the container: {text}", []) from None
         # The server's spec names the exact image that ran (server.spec.command_line() pins it).
+        key = secrets.api_key(spec.argv, spec.env)
+        if key:
+            register_api_key(spec.base_url, key)
         server = DockerServer(replace(spec, image_digest=repo_digest(image, spec.image)), log_path, container)
         registry.remember(server)
         return server

@@ -12,6 +12,10 @@ the watchdog blocks on a pipe from us, wakes at end-of-file (which the kernel de
 and stops every process carrying the server's tag: SIGTERM, then SIGKILL after a grace period.
 The direct child also gets a parent-death SIGTERM; an engine may hang in its graceful shutdown
 (llama-server did, with a request in flight), which is why the watchdog escalates.
+
+The server's output reaches its log through a pipe and a thread that scrubs secrets line by line
+as it writes (harness.secrets.LineScrubber): an engine that echoes its argv (`--api-key sk-...`)
+never puts the key on disk, even for a moment, even if the tool is killed before the server stops.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -31,9 +36,11 @@ from pathlib import Path
 
 import psutil
 
+from harness import secrets
+from harness.client import forget_api_key, register_api_key
 from harness.launch import registry
 from harness.launch.base import StartupError
-from harness.launch.spec import LaunchSpec, scrub_text, secret_values
+from harness.launch.spec import LaunchSpec
 
 _PR_SET_PDEATHSIG = 1
 WATCHDOG_GRACE_S = 5.0
@@ -80,12 +87,13 @@ def _set_parent_death_signal() -> None:
 
 class ProcessServer:
     def __init__(self, spec: LaunchSpec, log_path: Path, proc: subprocess.Popen[bytes], server_id: str,
-                 watchdog: subprocess.Popen[bytes] | None = None):
+                 watchdog: subprocess.Popen[bytes] | None = None, log_pump: threading.Thread | None = None):
         self.spec = spec
         self.log_path = log_path
         self.server_id = server_id
         self._proc = proc
         self._watchdog = watchdog
+        self._log_pump = log_pump
         self._pgid = proc.pid  # start_new_session makes the child the leader of a new group
         self._known: set[int] = {proc.pid}
         self._stopped = False
@@ -153,9 +161,12 @@ class ProcessServer:
                 time.sleep(0.05)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(timeout=1.0)
+        if self._log_pump is not None:
+            self._log_pump.join(timeout=5)  # EOF once every process holding the pipe is gone
         if not self._stopped:
             self._stopped = True
-            scrub_log(self.log_path, secret_values(self.spec.env))
+            forget_api_key(self.spec.base_url)
+            scrub_log(self.log_path, log_secrets(self.spec))  # backstop: a pump killed mid-line
         self._release_watchdog()
         registry.forget(self)
 
@@ -181,15 +192,46 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def scrub_log(path: Path, secrets: list[str]) -> None:
+def log_secrets(spec: LaunchSpec) -> list[str]:
+    """What a server's log must not contain: every known secret, its env's and its argv's."""
+    return sorted({*secrets.known(spec.env), *secrets.argv_secrets(spec.argv)}, key=len, reverse=True)
+
+
+def pump_log(fd: int, log_path: Path, known: list[str], idle_s: float = 0.25) -> None:
+    """Copy the server's output (read end `fd` of its stdout/stderr pipe) to its log, scrubbed line
+    by line; a partial line (progress dots) is written once the output pauses for `idle_s`.
+    Returns at end-of-file, when every process holding the pipe's write end has exited."""
+    scrubber = secrets.LineScrubber(known)
+    try:
+        with log_path.open("ab") as log:
+            while True:
+                ready, _, _ = select.select([fd], [], [], idle_s)
+                if not ready:
+                    if scrubber.pending:
+                        log.write(scrubber.flush())
+                        log.flush()
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                log.write(scrubber.feed(chunk))
+                log.flush()
+            log.write(scrubber.flush())
+    except OSError:
+        pass  # a full disk: the server keeps running; the trial notices through its own writes
+    finally:
+        os.close(fd)
+
+
+def scrub_log(path: Path, known: list[str]) -> None:
     """Rewrite the server log without secret values (an engine may echo its argv, e.g. --api-key)."""
-    if not secrets:
+    if not known:
         return
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return
-    clean = scrub_text(text, secrets)
+    clean = secrets.scrub_text(text, known)
     if clean != text:
         tmp = path.with_name(path.name + ".scrub")
         try:
@@ -228,17 +270,27 @@ class ProcessLauncher:
         # The parent-death signal follows the *thread* that forks; only the main thread lives as
         # long as the search. Other threads rely on registry.stop_all and reap_orphans.
         in_main = threading.current_thread() is threading.main_thread()
-        with log_path.open("ab") as log:
-            try:
-                proc = subprocess.Popen(  # an argv list: never a shell
-                    list(spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    env=env, start_new_session=True,
-                    preexec_fn=_set_parent_death_signal if in_main else None,
-                )
-            except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-                raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc.strerror or exc}",
-                                   []) from None
-        server = ProcessServer(spec, log_path, proc, server_id, start_watchdog(server_id))
+        log_path.touch()
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(  # an argv list: never a shell
+                list(spec.argv), stdout=write_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+                preexec_fn=_set_parent_death_signal if in_main else None,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            os.close(read_fd)
+            raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc.strerror or exc}",
+                               []) from None
+        finally:
+            os.close(write_fd)  # the server holds the only write end: EOF when it (and its children) exit
+        pump = threading.Thread(target=pump_log, args=(read_fd, log_path, log_secrets(spec)),
+                                name=f"log-{spec.engine}-{spec.port}", daemon=True)
+        pump.start()
+        key = secrets.api_key(spec.argv, spec.env)
+        if key:
+            register_api_key(spec.base_url, key)
+        server = ProcessServer(spec, log_path, proc, server_id, start_watchdog(server_id), pump)
         registry.remember(server)
         return server
 
