@@ -90,18 +90,31 @@ class SglangEngine(Engine):
         return launch_spec(settings, argv, env, port)
 
     def parse_startup(self, log_text: str) -> StartupInfo:
+        """Lines as SGLang's logger spells them (tests/data/sglang_0.5.23_log_strings.json names the
+        file and line of each in SGLang 0.5.23; older spellings kept where they differ)."""
         info = StartupInfo()
-        load = re.search(r"Load weight end\.(?: elapsed=" + _NUM + r" s,)?.*?type=(\w+)", log_text)
+        load = re.search(r"Load weight end\.(?: elapsed=" + _NUM + r" s,)?.*?type=(\w+)[^\n]*?"
+                         r"(?:mem usage=([\d.]+) GB)?\.?$", log_text, re.M)
         if load:
             if load.group(1):
                 info.phases_s["weight_loading"] = float(load.group(1))
             info.facts["model_class"] = load.group(2)
-        graph = re.search(r"Capture (?:cuda|npu) graph end\. Time elapsed: " + _NUM + " s", log_text)
-        if graph:
-            info.phases_s["graph_capture"] = float(graph.group(1))
-        kv = re.search(r"KV Cache is allocated\. #tokens: (\d+)", log_text)
+            if load.group(3):
+                info.facts["weight_mem_usage_gb"] = load.group(3)
+        # "Capture cuda graph end. Time elapsed: 12.3 s" (older), "Capture decode CUDA graph end.
+        # elapsed=14.62 s" (0.5.x, one per runner: decode, prefill; draft ones for speculative decoding).
+        for name, seconds in re.findall(r"Capture ((?:\w+ )*?)(?:cuda|CUDA|npu) graph end\. (?:Time elapsed: |elapsed=)"
+                                        + _NUM + " s", log_text):
+            phase = "draft_graph_capture" if name.startswith("draft") else "graph_capture"
+            info.phases_s[phase] = round(info.phases_s.get(phase, 0.0) + float(seconds), 3)
+        kv = re.search(r"KV Cache is allocated\.(?: dtype: (\S+),)? #tokens: (\d+)", log_text)
         if kv:
-            info.kv_cache_tokens = int(kv.group(1))
+            info.kv_cache_tokens = int(kv.group(2))
+            if kv.group(1):
+                info.facts["kv_cache_dtype"] = kv.group(1)
+        mamba = re.search(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+)", log_text)
+        if mamba:
+            info.facts["mamba_cache_size"] = mamba.group(1)
         summary = re.search(r"max_total_num_tokens=(\d+), chunked_prefill_size=(-?\d+), max_prefill_tokens=(\d+), "
                             r"max_running_requests=(\d+), context_len=(\d+)", log_text)
         if summary:
@@ -110,15 +123,15 @@ class SglangEngine(Engine):
             info.facts["max_running_requests"] = summary.group(4)
             info.facts["context_len"] = summary.group(5)
             info.max_concurrency = round(int(summary.group(1)) / int(summary.group(5)), 2)
-        for key, pattern in (("attention", r"attention_backend='(\w+)'"),
-                             ("sampling", r"sampling_backend='(\w+)'"),
-                             ("moe_runner", r"moe_runner_backend='(\w+)'"),
-                             ("speculative", r"speculative_algorithm='(\w+)'"),
-                             ("kv_cache_dtype", r"kv_cache_dtype='(\w+)'")):
-            match = re.search(pattern, log_text)
+        # server_args: ServerArgs(attention_backend='x', ...) (older) or a dict {'attention_backend': 'x'}.
+        for key, name in (("attention", "attention_backend"), ("sampling", "sampling_backend"),
+                          ("moe_runner", "moe_runner_backend"), ("speculative", "speculative_algorithm"),
+                          ("kv_cache_dtype", "kv_cache_dtype")):
+            match = re.search(name + r"(?:=|': )'(\w+)'", log_text)
             if match and match.group(1) not in ("None", "auto"):
                 info.backends[key] = match.group(1)
-        chosen = re.search(r"(?:Attention backend not set\. )?Use (\w+) (?:attention )?backend by default", log_text)
+        chosen = re.search(r"(?:Attention backend not (?:set|specified)\. )?Use (\w+) (?:attention )?backend "
+                           r"by default", log_text)
         if chosen and "attention" not in info.backends:
             info.backends["attention"] = chosen.group(1)
         version = re.search(r"sglang(?: version|==)\s*([\w.+\-]+)", log_text, re.I)

@@ -46,15 +46,46 @@ _FAILURES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 _NUM = r"([\d,]+(?:\.\d+)?)"
+# Startup lines, as vLLM's own logger format strings spell them (tests/data/vllm_0.32.0_log_strings.json
+# names the file and line of each in vLLM 0.32.0); older spellings kept where they differ.
 _PHASES: list[tuple[str, re.Pattern[str]]] = [
     ("weight_loading", re.compile(r"Loading weights took " + _NUM + r" s")),
     ("model_loading", re.compile(r"Model loading took [\d.]+ \w+ (?:memory )?and " + _NUM + r" s")),
-    ("torch_compile", re.compile(r"torch\.compile takes " + _NUM + r" s in total")),
     ("graph_capture", re.compile(r"Graph capturing finished in " + _NUM + r" sec")),
     ("engine_init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s")),
+    ("compilation", re.compile(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s "
+                               r"\(compilation: " + _NUM + r" s")),
     ("model_init", re.compile(r"Initializing model took " + _NUM + r" s")),
     ("profile_warmup", re.compile(r"Initial profiling/warmup run took " + _NUM + r" s")),
 ]
+# torch.compile reports once per compiled part ("[backbone] ", "[eagle_head] "): the phase is their sum.
+_TORCH_COMPILE = re.compile(r"(?:\[(\w+)\] )?torch\.compile (?:takes|took) " + _NUM + r" s in total")
+# "Using 'X' NvFp4 MoE backend out of potential backends: [...]", "Using X Unquantized MoE backend ...",
+# "Using X W4A8 MoE backend.", "Using X MoE backend" (names may hold spaces: "FlashInfer CUTLASS").
+_MOE = re.compile(r"Using '?(?P<name>[^'\n]+?)'? (?:(?P<kind>NvFp4|Fp8|Unquantized|W4A8|Mxfp4|Mxfp8|Int4) )?"
+                  r"MoE backend(?: out of potential backends: (?P<cands>\[[^\n]*?\]))?")
+_ATTENTION = re.compile(r"Using (\w+) attention backend(?: out of potential backends: (\[[^\n]*?\]))?|"
+                        r"Using (?:AttentionBackendEnum\.)?(\w+) backend\.")
+# "Using Triton/FLA GDN prefill kernel (requested=auto, head_k_dim=128)." (0.32), "Using FlashInfer GDN
+# prefill kernel" (earlier), "Using CPU GDN prefill kernel (head_k_dim=128)." (CPU builds).
+_GDN = re.compile(r"Using ([\w/ ]+?) GDN prefill kernel(?: \((?:requested=(\w+), )?head_k_dim=\w+\))?")
+_GEMM = re.compile(r"Using (\w+) for (NVFP4 GEMM|MXFP4 GEMM|MXFP6 GEMM|MXFP8 GEMM|mixed-precision linear)")
+_FACTS: list[tuple[str, str]] = [
+    ("mamba_cache_mode", r"Mamba cache mode is set to '(\w+)'"),
+    ("auto_prefetch", r"Auto-prefetch is (disabled|enabled)"),
+    ("kv_cache_layout", r"Using (\w+) KV cache layout"),
+    ("available_kv_cache", r"Available KV cache memory: ([\d.]+ GiB)"),
+    ("graph_capture_memory", r"Graph capturing finished in \d+ secs, took ([\d.]+ GiB)"),
+    ("model_memory", r"Model loading took ([\d.]+ GiB) memory"),
+    ("checkpoint_fs", r"Filesystem type for checkpoints: (\w+)\."),
+    ("checkpoint_gib", r"Checkpoint size: ([\d.]+) GiB\."),
+    ("available_ram_gib", r"Available RAM: ([\d.]+) GiB\."),
+    ("spec_decode", r"Detected (MTP) model\."),
+    ("drafter", r"Loading drafter model\.\.\.()"),
+]
+# SpecDecoding metrics are logged every few seconds under load: the last one holds the latest view.
+_SPEC_METRICS = re.compile(r"SpecDecoding metrics: Mean acceptance length: ([\d.]+), .*?"
+                           r"Per-position acceptance rate: ([\d., ]+?), Avg Draft acceptance rate: ([\d.]+)%")
 
 
 def _num(text: str) -> float:
@@ -100,7 +131,10 @@ class VllmEngine(Engine):
             match = pattern.search(log_text)
             if match:
                 info.phases_s[phase] = _num(match.group(1))
-        kv = re.search(r"(?:GPU|CPU)? ?KV cache size: " + _NUM + " tokens", log_text)
+        compiles = _TORCH_COMPILE.findall(log_text)
+        if compiles:
+            info.phases_s["torch_compile"] = round(sum(_num(seconds) for _, seconds in compiles), 3)
+        kv = re.search(r"(?:GPU|CPU|XPU)?(?: \+ host)? ?KV cache size: " + _NUM + " tokens", log_text)
         if kv:
             info.kv_cache_tokens = int(_num(kv.group(1)))
         conc = re.search(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + "x", log_text)
@@ -111,24 +145,45 @@ class VllmEngine(Engine):
                    or re.search(r"Initializing a V\d LLM engine \(v([\w.+\-]+)\)", log_text))
         if version:
             info.version = version.group(1)
-        moe = re.search(r"Using '?(\w+)'? (\w+ )?MoE backend out of potential backends: (\[.*?\])", log_text)
+        spec = re.search(r"speculative_config=SpeculativeConfig\(method='(\w+)'.*?num_spec_tokens=(\d+)\)", log_text)
+        if spec:
+            info.facts["speculative"] = f"{spec.group(1)} x {spec.group(2)}"
+        moe = _MOE.search(log_text)
         if moe:
-            info.backends["moe"] = moe.group(1)
-            info.facts["moe_candidates"] = moe.group(3)
-        attn = re.search(r"Using (\w+) attention backend|Using (?:AttentionBackendEnum\.)?(\w+) backend\.", log_text)
+            info.backends["moe"] = moe.group("name")
+            if moe.group("kind"):
+                info.facts["moe_kind"] = moe.group("kind")
+            if moe.group("cands"):
+                info.facts["moe_candidates"] = moe.group("cands")
+        attn = _ATTENTION.search(log_text)
         if attn:
-            info.backends["attention"] = attn.group(1) or attn.group(2)
-        for key, pattern in (("mamba_cache_mode", r"Mamba cache mode is set to '(\w+)'"),
-                             ("auto_prefetch", r"(Auto-prefetch is disabled)"),
-                             ("gdn_backend", r"Using ([\w/]+) (?:fallback )?kernel for GDN"),
-                             ("kv_cache_layout", r"Using (\w+) KV cache layout"),
-                             ("available_kv_cache", r"Available KV cache memory: ([\d.]+ GiB)"),
-                             ("graph_capture_memory", r"Graph capturing finished in \d+ secs, took ([\d.]+ GiB)")):
+            info.backends["attention"] = attn.group(1) or attn.group(3)
+            if attn.group(2):
+                info.facts["attention_candidates"] = attn.group(2)
+        gdn = _GDN.search(log_text)
+        if gdn:
+            info.backends["gdn"] = gdn.group(1)
+            if gdn.group(2):
+                info.facts["gdn_requested"] = gdn.group(2)
+        for kernel, kind in _GEMM.findall(log_text):
+            info.backends[kind.lower().replace(" ", "_").replace("-", "_")] = kernel
+        if "Weight-only FP4 compression will be used leveraging the Marlin kernel" in log_text:
+            info.backends["fp4"] = "MARLIN (weight-only)"  # no native FP4 on this GPU
+        if "Using FlashInfer for top-p & top-k sampling" in log_text:
+            info.backends["sampler"] = "FlashInfer"
+        if "Directly load the compiled graph(s)" in log_text:
+            info.facts["compile_cache"] = "hit"
+        elif "Compiling a graph for compile range" in log_text:
+            info.facts["compile_cache"] = "miss"
+        for key, pattern in _FACTS:
             match = re.search(pattern, log_text)
             if match:
-                info.facts[key] = match.group(1)
-        if "gdn_backend" in info.facts:
-            info.backends["gdn"] = info.facts["gdn_backend"]
+                info.facts[key] = match.group(1) or "loaded"
+        metrics = _SPEC_METRICS.findall(log_text)
+        if metrics:
+            mean, per_position, pct = metrics[-1]
+            info.facts.update(spec_mean_acceptance_length=mean, spec_per_position_acceptance=per_position,
+                              spec_draft_acceptance_pct=pct)
         return info
 
     def classify_failure(self, log_text: str) -> FailureCause | None:
