@@ -1,26 +1,34 @@
-"""Calibrate the regression gate on a real engine: false-alarm rate (A/A) and detection rate.
+"""Calibrate the gate on a real engine: false alarms (A/A) and power against known slowdowns, from
+INDEPENDENT repetitions of the sequential gate, plus what the measured noise components predict.
 
-    .venv/bin/python bench/calibrate_gate.py --rounds 16 --out results/calibration
-    .venv/bin/python bench/calibrate_gate.py --analyze results/calibration/samples.json
+    .venv/bin/python bench/calibrate_gate.py measure --minutes 15 --out bench/data/calibration_cpu_llama.json
+    .venv/bin/python bench/calibrate_gate.py analyze bench/data/calibration_cpu_llama.json
+    .venv/bin/python bench/calibrate_gate.py simulate --sd-between 0.012 --sd-within 0.004   # e.g. GPU numbers
 
-Measuring: llama-server with SmolLM2-135M Q4_1, `-t 1`, one stream, 32 output tokens. Each round
-starts every arm's server fresh (the gate's sample unit), in a rotated order, measures one run after a
-warmup, and stops it. Arms:
-  A, A2      the same config twice (A/A),
-  T5, T10    the same config under bench/throttle.py at 5% and 10% (a known, settable slowdown),
-  t2         `-t 2` (the brief's "threads 1 vs 2"; its size and sign depend on the machine's load;
-             not measured by default: under contention one run takes minutes).
-Analysing: for each n (rounds per side) the gate is applied to many subsets of n rounds, A against
-each arm, taking both sides from the same rounds as an interleaved run would; the table gives the
-share of each verdict. Non-overlapping blocks (independent, but few) are counted as well.
+measure: llama-server, SmolLM2-135M Q4_1, `-t 1 -np 1`, one stream of 32 output tokens. Each round
+starts every arm's server fresh (rotated order), warms it up to a steady state, measures
+`--runs` runs (stalls re-measured: harness/steady.py), and stops it. Arms: A and A2 are the same
+config (A/A); T5, T10, T20 run it under bench/throttle.py, which freezes the server for 5/10/20% of
+every 100 ms (a CPU quota without cgroups: a known, real slowdown). Every start's runs, time, load
+average and errors are written after each round (an interruption keeps what was measured).
+
+analyze: the true effect of each arm (all rounds), the noise split into run-to-run and
+start-to-start, then the sequential gate (search/sequential.py, looks at 3..cap starts per side)
+replayed over consecutive, NON-overlapping blocks of rounds in time order: each block is one
+independent repetition, exactly what a live run would have seen, ending where the gate stopped.
+Rates come with Clopper-Pearson 95% bounds on the number of repetitions.
+
+simulate: the same gate on runs drawn from given noise components (log-normal start effect +
+run noise): what the cap and runs per start buy at that noise. Labelled as a simulation.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
+import asyncio
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,14 +40,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness import setup_paths  # noqa: E402
-from harness.session import LaunchFailed, MeasureSettings, measure_running, start_config  # noqa: E402
+from harness.client import served_model_id  # noqa: E402
+from harness.measure import MeasurePolicy, measure_workload  # noqa: E402
+from harness.quality import run_suite  # noqa: E402
+from harness.session import LaunchFailed, RunningConfig, start_config  # noqa: E402
+from harness.stats import clopper_pearson, clopper_pearson_upper, variance_components  # noqa: E402
 from search.ab import Subject, subject_from  # noqa: E402
 from search.baseline import pinned_space  # noqa: E402
-from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, compare  # noqa: E402
 from search.results import write_json_atomic  # noqa: E402
+from search.sequential import compare_errors, compare_quality, compare_starts, settled  # noqa: E402
 from search.study import free_port  # noqa: E402
 
-METRIC = "single.output_tok_s"
+METRIC = "output_tok_s"
+THROTTLES = {"T5": 0.05, "T10": 0.10, "T20": 0.20}
 
 
 def space_doc(max_tokens: int) -> dict[str, Any]:
@@ -50,149 +63,308 @@ def space_doc(max_tokens: int) -> dict[str, Any]:
         "models": [{"name": "smollm2-135m-q4_1", "path": str(setup_paths.smollm2_gguf())}],
         "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": max_tokens}],
-        "measure": {"repeats": 1, "warmup": True, "request_timeout_s": 120},
         "quality": {"suite": None},
-        "objectives": [{"metric": METRIC}],
+        "objectives": [{"metric": f"single.{METRIC}"}],
     }
 
 
 def arms(max_tokens: int) -> dict[str, Subject]:
-    doc = space_doc(max_tokens)
-    one = {"engine": "llamacpp", "model": "smollm2-135m-q4_1", "threads": 1}
-    space, config = pinned_space(doc, one, "calibration")
-    space2, config2 = pinned_space(doc, {**one, "threads": 2}, "calibration")
-    server = setup_paths.llama_server()
-
-    def throttled(fraction: float) -> str:
-        return f"{sys.executable} {REPO / 'bench' / 'throttle.py'} {fraction} -- {server}"
-
-    return {"A": subject_from(space, config, "A"), "A2": subject_from(space, config, "A2"),
-            "T5": subject_from(space, config, "T5", command=throttled(0.05)),
-            "T10": subject_from(space, config, "T10", command=throttled(0.10)),
-            "t2": subject_from(space2, config2, "t2")}
+    space, config = pinned_space(space_doc(max_tokens), {"engine": "llamacpp", "model": "smollm2-135m-q4_1",
+                                                         "threads": 1}, "calibration")
+    out = {"A": subject_from(space, config, "A"), "A2": subject_from(space, config, "A2")}
+    for name, fraction in THROTTLES.items():
+        command = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} {fraction} -- {setup_paths.llama_server()}"
+        out[name] = subject_from(space, config, name, command=command)
+    return out
 
 
-def measure(rounds: int, out: Path, max_tokens: int, chosen: list[str]) -> Path:
-    subjects = {k: v for k, v in arms(max_tokens).items() if k in chosen}
+def measure_start(running: RunningConfig, max_tokens: int, runs: int, quality: bool) -> dict[str, Any]:
     space, _ = pinned_space(space_doc(max_tokens), {"engine": "llamacpp", "model": "smollm2-135m-q4_1",
-                                                     "threads": 1}, "calibration")
-    workloads = space.workload_specs()
-    settings = MeasureSettings(repeats=1, warmup=True, request_timeout_s=120)
-    path = out / "samples.json"
-    data: dict[str, Any] = {"metric": METRIC, "max_tokens": max_tokens, "arms": list(subjects), "rounds": [],
-                            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    names = list(subjects)
-    t0 = time.monotonic()
-    for rnd in range(rounds):
+                                                    "threads": 1}, "calibration")
+    spec = space.workload_specs()[0]
+
+    async def go() -> dict[str, Any]:
+        import httpx
+
+        async with httpx.AsyncClient() as client:
+            model_id = await served_model_id(client, running.base_url)
+        wm = await measure_workload(running.engine, running.base_url, model_id, spec, runs, True, 120.0, [],
+                                    lambda _: None, policy=MeasurePolicy(metric=METRIC), alive=running.alive)
+        out: dict[str, Any] = {
+            "runs": [s.metrics.get(METRIC) for s in wm.counted],
+            "excluded": [{"value": s.metrics.get(METRIC), "flags": s.flags} for s in wm.samples if s.excluded],
+            "warmups": wm.steady.warmups if wm.steady else None,
+            "converged": wm.steady.converged if wm.steady else None,
+            "errors": wm.errors, "requests": int(sum(s.metrics.get("requests", 0) for s in wm.samples))}
+        if quality:
+            q = await run_suite(running.base_url, model_id, "smoke", 120.0)
+            out["quality"] = {c.name: bool(c.passed) for c in q.checks}
+        return out
+    return asyncio.run(go())
+
+
+def measure(out: Path, minutes: float, max_rounds: int, max_tokens: int, runs: int, chosen: list[str],
+            quality_arms: list[str]) -> None:
+    subjects = {k: v for k, v in arms(max_tokens).items() if k in chosen}
+    data: dict[str, Any] = {"metric": METRIC, "max_tokens": max_tokens, "runs_per_start": runs,
+                            "arms": list(subjects), "throttles": THROTTLES, "starts": [],
+                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "command": " ".join(sys.argv)}
+    names, t0 = list(subjects), time.monotonic()
+    logs = out.parent / (out.stem + "-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    for rnd in range(max_rounds):
+        if time.monotonic() - t0 > minutes * 60:
+            break
         order = names[rnd % len(names):] + names[:rnd % len(names)]
-        row: dict[str, Any] = {"order": order}
-        for name in order:
-            subject = subjects[name]
+        for pos, name in enumerate(order):
+            s = subjects[name]
+            row: dict[str, Any] = {"round": rnd, "pos": pos, "arm": name, "load1": os.getloadavg()[0],
+                                   "t": round(time.monotonic() - t0, 1)}
+            t_start = time.monotonic()
             try:
-                running = start_config(subject.settings, subject.model, subject.flags, subject.env,
-                                       free_port(), out / "logs" / f"{name}-{rnd:02d}.log")
+                running = start_config(s.settings, s.model, s.flags, s.env, free_port(),
+                                       logs / f"{name}-{rnd:02d}.log")
             except LaunchFailed as exc:
-                row[name] = None
-                print(f"round {rnd}: {name} failed to start: {exc}", flush=True)
+                row["failed"] = f"{exc.cause}: {exc.detail}"
+                data["starts"].append(row)
                 continue
             try:
-                measured = measure_running(running, workloads, settings)
-                stat = measured["single"].summary.get("output_tok_s")
-                row[name] = stat.median if stat and measured["single"].errors == 0 else None
+                row["ready_s"] = running.ready_s
+                row.update(measure_start(running, max_tokens, runs, name in quality_arms))
             finally:
                 running.stop()
-        data["rounds"].append(row)
-        write_json_atomic(path, data)  # partial data survives an interruption
-        shown = "  ".join(f"{n}={row[n]:.1f}" if row.get(n) else f"{n}=-" for n in names)
-        print(f"round {rnd + 1}/{rounds} ({time.monotonic() - t0:.0f} s): {shown}", flush=True)
-    return path
+            row["seconds"] = round(time.monotonic() - t_start, 2)
+            data["starts"].append(row)
+        write_json_atomic(out, data)
+        last = [r for r in data["starts"] if r["round"] == rnd and r.get("runs")]
+        shown = "  ".join(f"{r['arm']}={np.exp(np.mean(np.log(r['runs']))):.1f}" for r in last)
+        print(f"round {rnd + 1} ({time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): {shown}", flush=True)
 
 
-def analyze(path: Path, ns: list[int], subsets: int, min_effect: float, alpha: float) -> str:
-    data = json.loads(path.read_text())
-    rows = [r for r in data["rounds"] if all(r.get(a) for a in data["arms"])]
-    values = {a: np.array([r[a] for r in rows]) for a in data["arms"]}
-    lines = [f"{len(rows)} complete rounds of {data['metric']} (max_tokens {data['max_tokens']}), "
-             f"min effect {100 * min_effect:.0f}%, alpha {alpha}", ""]
-    # "paired CV": spread of log(arm / A) within a round; far below the CV across rounds when the
-    # machine's load drifts slowly (then a paired test would gain power).
-    lines.append("| arm | median tok/s | CV across rounds | paired CV vs A | change vs A (all rounds) |")
-    lines.append("|---|---|---|---|---|")
-    base = float(np.median(values["A"]))
-    for a, v in values.items():
-        cv = float(np.std(np.log(v), ddof=1)) if len(v) > 1 else math.nan
-        paired = float(np.std(np.log(v / values["A"]), ddof=1)) if a != "A" and len(v) > 1 else math.nan
-        lines.append(f"| {a} | {np.median(v):.2f} | {100 * cv:.1f}% | {100 * paired:.1f}% | "
-                     f"{100 * (np.median(v) / base - 1):+.1f}% |")
-    lines += ["", "| n rounds/side | comparison | subsets | regressed | improved | unchanged | inconclusive | "
-              "blocks (independent): regressed/total |", "|---|---|---|---|---|---|---|---|---|"]
-    rng = np.random.default_rng(0)
-    for n in ns:
-        if n > len(rows):
-            continue
-        all_sets = list(itertools.combinations(range(len(rows)), n)) if math.comb(len(rows), n) <= subsets else None
-        picks = all_sets or [tuple(sorted(rng.choice(len(rows), n, replace=False))) for _ in range(subsets)]
-        for arm in [a for a in data["arms"] if a != "A"]:
-            counts = dict.fromkeys(("regressed", "improved", "unchanged", "inconclusive"), 0)
-            for i, idx in enumerate(picks):
-                ix = list(idx)
-                counts[compare(METRIC, values["A"][ix], values[arm][ix], min_effect=min_effect, alpha=alpha,
-                               seed=i).verdict] += 1
-            blocks = [list(range(s, s + n)) for s in range(0, len(rows) - n + 1, n)]
-            hits = sum(compare(METRIC, values["A"][b], values[arm][b], min_effect=min_effect,
-                               alpha=alpha).verdict == "regressed" for b in blocks)
-            total = len(picks)
-            shares = " | ".join(f"{100 * counts[k] / total:.1f}%" for k in counts)
-            lines.append(f"| {n} | A vs {arm} | {total} | {shares} | {hits}/{len(blocks)} |")
+# ---- analysis -------------------------------------------------------------------------------------
+
+def by_arm(data: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in data["starts"]:
+        if row.get("runs") and all(v and v > 0 for v in row["runs"]):
+            out.setdefault(row["arm"], {})[row["round"]] = row
+    return out
+
+
+def replay(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], cap: int, runs: int,
+           min_starts: int = 3) -> list[dict[str, Any]]:
+    """The sequential gate over consecutive, non-overlapping blocks of rounds (time order)."""
+    rounds = sorted(set(a) & set(b))
+    looks = tuple(range(min_starts, cap + 1))
+    reps, i = [], 0
+    while i + min_starts <= len(rounds):
+        for k in looks:
+            if i + k > len(rounds):
+                return reps  # the last block ran out of rounds: not a repetition
+            block = rounds[i:i + k]
+            v = compare_starts(f"single.{METRIC}", [a[r]["runs"][:runs] for r in block],
+                               [b[r]["runs"][:runs] for r in block], looks=looks)
+            if settled(v) or k == cap:
+                seconds = sum(a[r].get("seconds", 0) + b[r].get("seconds", 0) for r in block)
+                reps.append({"verdict": v.verdict, "starts": k, "change_pct": v.change_pct, "seconds": seconds,
+                             "first_round": block[0]})
+                i += k
+                break
+    return reps
+
+
+def fmt_rate(k: int, n: int, upper: bool) -> str:
+    if n == 0:
+        return "-"
+    if upper:
+        return f"{k}/{n} ({100 * k / n:.0f}%, 95% upper bound {100 * clopper_pearson_upper(k, n):.0f}%)"
+    low, _ = clopper_pearson(k, n, 0.90)  # one-sided 95% lower bound
+    return f"{k}/{n} ({100 * k / n:.0f}%, 95% lower bound {100 * low:.0f}%)"
+
+
+def load(paths: list[Path]) -> dict[str, Any]:
+    """One or more measure files as one: rounds of later files numbered after earlier ones."""
+    data: dict[str, Any] = {}
+    for i, path in enumerate(paths):
+        part = json.loads(path.read_text())
+        for row in part["starts"]:
+            row["round"] += 1000 * i
+        if not data:
+            data = {**part, "starts": list(part["starts"]), "started": part["started"]}
+        else:
+            data["starts"] += part["starts"]
+            data["started"] += ", " + part["started"]
+    return data
+
+
+def analyze(paths: list[Path], caps: list[int], runs_list: list[int]) -> str:
+    data = load(paths)
+    arms_ = by_arm(data)
+    base = arms_["A"]
+    loads = [r["load1"] for r in data["starts"]]
+    n_rounds = len({r['round'] for r in data['starts']})
+    lines = [f"{', '.join(p.name for p in paths)}: {n_rounds} rounds, {len(data['starts'])} starts, "
+             f"{data['runs_per_start']} runs per start, started {data['started']}; load average (1 min) "
+             f"{min(loads):.1f}..{max(loads):.1f}, median {np.median(loads):.1f}", "",
+             "| arm | starts | tok/s (geo. mean) | change vs A, all rounds (95% CI) | sd between starts | "
+             "sd run to run | excluded stalls | s per start |", "|---|---|---|---|---|---|---|---|"]
+    for name, rows in arms_.items():
+        vc = variance_components([r["runs"] for r in rows.values()])
+        geo = math.exp(float(np.mean([np.mean(np.log(r["runs"])) for r in rows.values()])))
+        common = sorted(set(rows) & set(base))
+        if name != "A":
+            v = compare_starts(f"single.{METRIC}", [base[r]["runs"] for r in common], [rows[r]["runs"] for r in common])
+            change = f"{v.change_pct:+.1f}% ({100 * (v.ci_low - 1):+.1f}..{100 * (v.ci_high - 1):+.1f})"
+        else:
+            change = "-"
+        excluded = sum(len(r.get("excluded", [])) for r in rows.values())
+        secs = np.mean([r.get("seconds", 0) for r in rows.values()])
+        lines.append(f"| {name} | {len(rows)} | {geo:.2f} | {change} | {100 * vc.sd_between:.1f}% | "
+                     f"{100 * vc.sd_within:.1f}% | {excluded} | {secs:.1f} |")
+    lines += ["", "Sequential gate replayed on independent blocks (alpha 0.02 two-sided, min effect 3%):", "",
+              "| comparison | cap (starts/side) | runs/start | reps | regressed | improved | unchanged | "
+              "inconclusive | mean starts/side | mean min per rep |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in [n for n in arms_ if n != "A"]:
+        for cap in caps:
+            for runs in runs_list:
+                reps = replay(base, arms_[name], cap, runs)
+                n = len(reps)
+                count = {k: sum(r["verdict"] == k for r in reps) for k in ("regressed", "improved", "unchanged",
+                                                                           "inconclusive")}
+                aa = name == "A2"
+                cells = [fmt_rate(count["regressed"], n, aa), fmt_rate(count["improved"], n, True),
+                         f"{count['unchanged']}/{n}", f"{count['inconclusive']}/{n}"]
+                mean_starts = np.mean([r["starts"] for r in reps]) if reps else math.nan
+                mean_min = np.mean([r["seconds"] for r in reps]) / 60 if reps else math.nan
+                lines.append(f"| A vs {name} | {cap} | {runs} | {n} | " + " | ".join(cells)
+                             + f" | {mean_starts:.1f} | {mean_min:.1f} |")
+    lines += ["", errors_table(data), quality_table(data)]
     return "\n".join(lines)
 
 
-def simulate(ns: list[int], cvs: list[float], effects: list[float], trials: int, min_effect: float,
-             alpha: float) -> str:
-    """The same gate on log-normal samples of a known noise: what n buys at which noise."""
-    lines = [f"simulated: log-normal noise, {trials} comparisons per cell, share called `regressed`", "",
-             "| noise CV | n/side | " + " | ".join(f"{100 * e:.0f}% slower" if e else "A/A" for e in effects)
-             + " |", "|---|---|" + "---|" * len(effects)]
-    rng = np.random.default_rng(1)
-    for cv in cvs:
-        for n in ns:
-            cells = []
+def errors_table(data: dict[str, Any]) -> str:
+    errs = {}
+    for row in data["starts"]:
+        e = errs.setdefault(row["arm"], [0, 0])
+        e[0] += row.get("errors", 0)
+        e[1] += row.get("requests", 0)
+    lines = ["| arm | failed requests | requests | verdict vs A (Fisher, rates) |", "|---|---|---|---|"]
+    for arm, (e, n) in errs.items():
+        v = compare_errors("single.errors", errs["A"][0], errs["A"][1], e, n).verdict if arm != "A" else "-"
+        lines.append(f"| {arm} | {e} | {n} | {v} |")
+    return "\n".join(lines) + "\n"
+
+
+def quality_table(data: dict[str, Any]) -> str:
+    """A/A on the quality suite: consecutive starts with a quality result, paired without overlap."""
+    starts = [r for r in data["starts"] if r.get("quality")]
+    if len(starts) < 2:
+        return "(no quality A/A in this file)"
+    pairs = [(starts[i], starts[i + 1]) for i in range(0, len(starts) - 1, 2)]
+    verdicts = [compare_quality({k: [v] for k, v in a["quality"].items()},
+                                {k: [v] for k, v in b["quality"].items()})["verdict"] for a, b in pairs]
+    flips = sum(a["quality"] != b["quality"] for a, b in pairs)
+    n = len(pairs)
+    return (f"Quality A/A ({len(starts)} starts of the same config, {n} independent pairs, "
+            f"{len(starts[0]['quality'])} checks): regressed {fmt_rate(verdicts.count('regressed'), n, True)}, "
+            f"inconclusive {verdicts.count('inconclusive')}/{n}; pairs whose check results differed at all: "
+            f"{flips}/{n}")
+
+
+# ---- simulation from noise components -------------------------------------------------------------
+
+def draw_side(rng: np.random.Generator, level: float, starts: int, runs: int, sd_between: float,
+              sd_within: float) -> list[list[float]]:
+    return [list(level * np.exp(rng.normal(0, sd_between) + rng.normal(0, sd_within, runs))) for _ in range(starts)]
+
+
+def simulate(sd_between: float, sd_within: float, runs: list[int], caps: list[int], effects: list[float],
+             trials: int, seed: int = 1) -> str:
+    lines = [f"simulated: start effect sd {100 * sd_between:.1f}%, run-to-run sd {100 * sd_within:.1f}% (log-normal), "
+             f"{trials} sequential runs per cell; looks at 3..cap starts per side, alpha 0.02, min effect 3%", "",
+             "| runs/start | cap | change | regressed | unchanged | inconclusive | mean starts/side |",
+             "|---|---|---|---|---|---|---|"]
+    rng = np.random.default_rng(seed)
+    for r in runs:
+        for cap in caps:
+            looks = tuple(range(3, cap + 1))
             for effect in effects:
-                hits = 0
-                for i in range(trials):
-                    a = 100 * np.exp(rng.normal(0, cv, n))
-                    b = 100 * (1 - effect) * np.exp(rng.normal(0, cv, n))
-                    hits += compare(METRIC, a, b, min_effect=min_effect, alpha=alpha, seed=i).verdict == "regressed"
-                cells.append(f"{100 * hits / trials:.1f}%")
-            lines.append(f"| {100 * cv:.0f}% | {n} | " + " | ".join(cells) + " |")
+                verdicts, used = [], []
+                for _ in range(trials):
+                    a = draw_side(rng, 100.0, cap, r, sd_between, sd_within)
+                    b = draw_side(rng, 100.0 * (1 - effect), cap, r, sd_between, sd_within)
+                    for k in looks:
+                        v = compare_starts(f"single.{METRIC}", a[:k], b[:k], looks=looks)
+                        if settled(v) or k == cap:
+                            verdicts.append(v.verdict)
+                            used.append(k)
+                            break
+                share = {k: 100 * verdicts.count(k) / trials for k in ("regressed", "unchanged", "inconclusive")}
+                change = f"{-100 * effect:+.0f}%" if effect else "0 (A/A)"
+                lines.append(f"| {r} | {cap} | {change} | {share['regressed']:.1f}% | "
+                             f"{share['unchanged']:.1f}% | {share['inconclusive']:.1f}% | {np.mean(used):.1f} |")
+    return "\n".join(lines)
+
+
+def simulate_errors(rates: list[float], requests: list[int], trials: int, seed: int = 2) -> str:
+    """The error verdict under A/A (both sides fail at the same rate) and at 2x / 5x the rate on B."""
+    rng = np.random.default_rng(seed)
+    lines = [f"simulated error counts (binomial), {trials} comparisons per cell: share called regressed "
+             "(and inconclusive)", "", "| error rate A | requests/side | B = A | B = 2x A | B = 5x A |",
+             "|---|---|---|---|---|"]
+    for rate in rates:
+        for n in requests:
+            cells = []
+            for factor in (1, 2, 5):
+                verdicts = [compare_errors("w.errors", int(rng.binomial(n, rate)), n,
+                                           int(rng.binomial(n, min(1.0, rate * factor))), n).verdict
+                            for _ in range(trials)]
+                cells.append(f"{100 * verdicts.count('regressed') / trials:.1f}% "
+                             f"({100 * verdicts.count('inconclusive') / trials:.0f}%)")
+            lines.append(f"| {100 * rate:g}% | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=16)
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--out", default="results/calibration")
-    p.add_argument("--analyze", help="only analyse this samples.json")
-    p.add_argument("--arms", default="A,A2,T5,T10", help="arms to measure (A,A2,T5,T10,t2); t2 collapses under "
-                                                         "load and can take minutes a round")
-    p.add_argument("--n", default="3,4,5,6,8", help="rounds per side to evaluate")
-    p.add_argument("--subsets", type=int, default=300)
-    p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
-    p.add_argument("--simulate", action="store_true", help="only the simulated table (no engine)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--out", default="bench/data/calibration_cpu_llama.json")
+    m.add_argument("--minutes", type=float, default=15.0, help="stop starting rounds after this long")
+    m.add_argument("--max-rounds", type=int, default=200)
+    m.add_argument("--max-tokens", type=int, default=32)
+    m.add_argument("--runs", type=int, default=3, help="measured runs per start")
+    m.add_argument("--arms", default="A,A2,T5,T10,T20")
+    m.add_argument("--quality-arms", default="", help="arms whose every start also runs the smoke suite")
+    a = sub.add_parser("analyze")
+    a.add_argument("paths", nargs="+")
+    a.add_argument("--caps", default="6,10")
+    a.add_argument("--runs", default="1,3", help="runs per start to replay with (the first r of each start)")
+    s = sub.add_parser("simulate")
+    s.add_argument("--sd-between", type=float, required=True)
+    s.add_argument("--sd-within", type=float, required=True)
+    s.add_argument("--runs", default="1,3")
+    s.add_argument("--caps", default="6,10")
+    s.add_argument("--effects", default="0,0.05,0.10")
+    s.add_argument("--trials", type=int, default=1000)
+    e = sub.add_parser("errors", help="the error-rate verdict on simulated counts")
+    e.add_argument("--rates", default="0.005,0.02,0.1")
+    e.add_argument("--requests", default="100,1000")
+    e.add_argument("--trials", type=int, default=2000)
     args = p.parse_args()
-    if args.simulate:
-        print(simulate([int(x) for x in args.n.split(",")], [0.01, 0.02, 0.04, 0.08, 0.15], [0.0, 0.05, 0.10],
-                       args.subsets, args.min_effect, args.alpha))
-        return 0
-    if args.analyze:
-        path = Path(args.analyze)
+    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    if args.cmd == "measure":
+        measure(Path(args.out), args.minutes, args.max_rounds, args.max_tokens, args.runs, args.arms.split(","),
+                [x for x in args.quality_arms.split(",") if x])
+        print(analyze([Path(args.out)], [6, 10], sorted({1, args.runs})))
+    elif args.cmd == "analyze":
+        print(analyze([Path(x) for x in args.paths], ints(args.caps), ints(args.runs)))
+    elif args.cmd == "errors":
+        print(simulate_errors([float(x) for x in args.rates.split(",")], ints(args.requests), args.trials))
     else:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        path = measure(args.rounds, out, args.max_tokens, args.arms.split(","))
-    print(analyze(path, [int(x) for x in args.n.split(",")], args.subsets, args.min_effect, args.alpha))
+        print(simulate(args.sd_between, args.sd_within, ints(args.runs), ints(args.caps),
+                       [float(x) for x in args.effects.split(",")], args.trials))
     return 0
 
 

@@ -8,6 +8,9 @@ wall time whatever else the machine is doing. That is a known, settable, real sl
 the regression gate against (5% and 10%), unlike `--threads 1` vs 2, whose size and even sign change
 with the load other processes put on a 2-core machine.
 
+With `--stall-s S`, each SIGUSR1 sent to this wrapper freezes the child once for S seconds: an
+injected stall (a compile, a cache fill, a frozen neighbour) at a moment the caller chooses.
+
 SIGTERM/SIGINT are passed on (with SIGCONT, so a frozen child can act on them); the exit status is
 the child's.
 """
@@ -25,12 +28,13 @@ import time
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") < 1:
-        print("usage: throttle.py FRACTION [--period-ms MS] -- COMMAND ...", file=sys.stderr)
+        print("usage: throttle.py FRACTION [--period-ms MS] [--stall-s S] -- COMMAND ...", file=sys.stderr)
         return 2
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
     fraction = float(opts[0])
     period = float(opts[opts.index("--period-ms") + 1]) / 1000 if "--period-ms" in opts else 0.1
+    stall_s = float(opts[opts.index("--stall-s") + 1]) if "--stall-s" in opts else 0.0
     if not 0 <= fraction < 1 or not command:
         print("throttle.py: FRACTION must be in [0, 1) and a command is needed", file=sys.stderr)
         return 2
@@ -45,18 +49,32 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    freeze = threading.Lock()  # the duty cycle must not SIGCONT the child in the middle of a stall
+
+    def stall() -> None:
+        with freeze:
+            try:
+                os.kill(child.pid, signal.SIGSTOP)
+                time.sleep(stall_s)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGCONT)
+
+    if stall_s > 0:
+        signal.signal(signal.SIGUSR1, lambda _s, _f: threading.Thread(target=stall, daemon=True).start())
 
     def duty_cycle() -> None:
         while not done.is_set() and child.poll() is None:
             time.sleep(period * (1 - fraction))
             if fraction == 0 or done.is_set():
                 continue
-            try:
-                os.kill(child.pid, signal.SIGSTOP)
-                time.sleep(period * fraction)
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGCONT)
+            with freeze:
+                try:
+                    os.kill(child.pid, signal.SIGSTOP)
+                    time.sleep(period * fraction)
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child.pid, signal.SIGCONT)
 
     threading.Thread(target=duty_cycle, daemon=True).start()
     code = child.wait()

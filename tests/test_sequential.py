@@ -69,10 +69,13 @@ def test_a_start_effect_is_not_mistaken_for_precision() -> None:
 
 def test_error_rates_not_counts_decide() -> None:
     assert compare_errors("w.errors", 0, 100, 0, 100).verdict == "unchanged"
-    assert compare_errors("w.errors", 0, 100, 1, 100).verdict == "inconclusive"  # one error is no evidence
+    assert compare_errors("w.errors", 0, 100, 1, 100).verdict == "unchanged"  # one error is no evidence
+    assert compare_errors("w.errors", 0, 100, 5, 100).verdict == "inconclusive"  # suggestive, said so
     assert compare_errors("w.errors", 0, 100, 9, 100).verdict == "regressed"
     assert compare_errors("w.errors", 9, 100, 0, 100).verdict == "improved"
-    assert compare_errors("w.errors", 5, 1000, 6, 1000).verdict == "inconclusive"
+    assert compare_errors("w.errors", 5, 1000, 6, 1000).verdict == "unchanged"
+    assert compare_errors("w.errors", 5, 1000, 25, 1000).verdict == "regressed"
+    assert compare_errors("w.errors", 5, 100, 10, 1000).verdict == "improved"  # more errors, a lower rate
 
 
 def test_quality_lost_checks_are_tested() -> None:
