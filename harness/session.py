@@ -23,6 +23,7 @@ from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wai
 from harness.launch.base import Server
 from harness.measure import WorkloadMeasurement, measure_workload
 from harness.roofline import Roofline
+from harness.steady import MeasurePolicy
 from harness.workloads import WorkloadSpec
 
 Progress = Callable[[str], None]
@@ -45,6 +46,7 @@ class MeasureSettings:
     repeats: int = 3
     warmup: bool = True
     request_timeout_s: float = 300.0
+    policy: MeasurePolicy | None = None  # steady state, stalls, adaptive length (harness/steady.py)
 
 
 @dataclass
@@ -149,7 +151,8 @@ def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], setti
         for spec in workloads:
             out[spec.name] = await measure_workload(running.engine, running.base_url, model_id, spec,
                                                     settings.repeats, settings.warmup, settings.request_timeout_s,
-                                                    expectations, progress, roofline=roofline)
+                                                    expectations, progress, roofline=roofline,
+                                                    policy=settings.policy, alive=running.alive)
             if not running.alive():
                 return
 

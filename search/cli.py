@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import pkgutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -137,12 +138,13 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
     for r in best:
         ratio = view.ratio_to_default(r)
         desc = ", ".join(f"{m}={_fmt(v, 4)}" for m, v in zip(metric_names, r.objective_values or [], strict=False))
-        console.print(f"\n[bold green]best[/] trial #{r.number}: {desc}"
+        console.print(f"\n[bold green]best[/] trial #{r.number} (ranking, measured once): {desc}"
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
         console.print(safe(r.command))
+    console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")
 
 
-def _storage_for(target: str, storage: str | None) -> tuple[str, str]:
+def storage_for(target: str, storage: str | None) -> tuple[str, str]:
     """(storage URL, study name) from a study name or a results folder."""
     path = Path(target)
     if storage:
@@ -168,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     storage = args.storage or default_storage(results_dir)
     reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json,
                                maximize=space.m.objectives[0].direction == "maximize")
-    runner = StudyRunner(space, storage, study_name, results_dir, reporter)
+    runner = StudyRunner(space, storage, study_name, results_dir, reporter, seed=args.seed)
     if not args.json:
         console.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
     try:
@@ -178,6 +180,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
                   "run the same command again to resume")
         return 143 if isinstance(exc, Terminated) else 130  # the shell's codes for SIGTERM / SIGINT
+    if space.m.confirm.top_k and not args.no_confirm:
+        from search.commands.confirm import confirm_study
+
+        reporter.note(f"confirming: the top {space.m.confirm.top_k} config(s) and the default, fresh starts, "
+                      "interleaved")
+        confirmation = confirm_study(runner.study, space, results_dir, space.m.confirm.top_k,
+                                     space.m.confirm.max_rounds, reporter.phase)
+        if confirmation is not None:
+            reporter.note(f"verdict: {confirmation.answer}")
     view = load_view(runner.study)
     if args.json:
         best = view.best()
@@ -199,16 +210,18 @@ def open_study(name: str, storage: str) -> optuna.Study:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    storage, name = _storage_for(args.study, args.storage)
+    storage, name = storage_for(args.study, args.storage)
     print_study(load_view(open_study(name, storage)))
     return 0
 
 
 def cmd_best(args: argparse.Namespace) -> int:
-    storage, name = _storage_for(args.study, args.storage)
+    storage, name = storage_for(args.study, args.storage)
     view = load_view(open_study(name, storage))
     best = view.best()
-    for r in best:
+    err.print(safe(view.verdict()))
+    winner = (view.confirmation or {}).get("winner")
+    for r in sorted(best, key=lambda r: r.number != winner):  # the confirmed winner first
         print(r.command)
     return 0 if best else 1
 
@@ -225,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default="results", help="results folder (default: ./results)")
     run.add_argument("--quiet", action="store_true", help="print only the final table")
     run.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    run.add_argument("--no-confirm", action="store_true",
+                     help="skip the confirmation runs of the top configs at the end (see `search confirm`)")
+    run.add_argument("--seed", type=int, help="the sampler's seed (default: the space's seed mixed with this "
+                                              "worker's identity, so that workers differ)")
     run.add_argument("--dry-run", type=int, nargs="?", const=5, metavar="N",
                      help="print the launches N sampled trials would make (default 5); start nothing")
     run.set_defaults(func=cmd_run)
@@ -243,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     install_signal_handlers()
+    # Ctrl-C/SIGINT stops every command cleanly (KeyboardInterrupt: servers stopped, the trial
+    # recorded as interrupted), also when the tool was started with SIGINT ignored, as a background
+    # job of a script is: Python installs its handler only where SIGINT was not ignored at start.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     install_scrubbing_streams()
     args = build_parser().parse_args(argv)
     if getattr(args, "storage", None):

@@ -8,8 +8,10 @@ secret-named keys and flags) are remembered by harness.secrets, so nothing writt
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -291,6 +293,14 @@ class ObjectiveModel(Strict):
     direction: Literal["maximize", "minimize"] = "maximize"
 
 
+class ConfirmModel(Strict):
+    """Re-measure the top configs beside the default at the end of `search run` (fresh starts,
+    interleaved, stopped when settled): the study's answer is the confirmed one."""
+
+    top_k: int = Field(default=1, ge=0)  # 0: no confirmation
+    max_rounds: int = Field(default=5, ge=3)
+
+
 class BudgetModel(Strict):
     trials: int = Field(default=10, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
@@ -311,6 +321,7 @@ class SpaceModel(Strict):
     objectives: list[ObjectiveModel] = Field(min_length=1)
     constraints: list[str] = []
     budget: BudgetModel = BudgetModel()
+    confirm: ConfirmModel = ConfirmModel()
     device: DeviceModel | None = None
     seed: int = 0
 
@@ -328,6 +339,9 @@ class SpaceModel(Strict):
         for pname, param in self.params.items():
             if param.side == "request" and pname not in REQUEST_SIDE:
                 raise ValueError(f"params.{pname}: request-side parameters are {', '.join(REQUEST_SIDE)}")
+            if param.side == "request" and isinstance(param, (FloatParam, BoolParam)):
+                raise ValueError(f"params.{pname}: a request-side parameter is a load ladder: give `choices` "
+                                 "(categorical) or an int range")
             if param.side == "request" and param.env:
                 raise ValueError(f"params.{pname}: a request-side parameter cannot set an environment variable")
             if pname in reserved:
@@ -445,6 +459,17 @@ def rounded_float(value: float, param: FloatParam) -> float:
     return min(max(out, param.low), param.high)
 
 
+def request_values(param: Any) -> list[Any]:
+    """The values a request-side param takes on the load ladder (finite by validation)."""
+    if isinstance(param, CategoricalParam):
+        return list(param.choices)
+    if isinstance(param, IntParam):
+        return list(range(param.low, param.high + 1, param.step or 1))
+    if isinstance(param, FixedParam):
+        return [param.value]
+    raise SpaceError(f"request-side parameter of type {type(param).__name__} has no finite set of values")
+
+
 class Config(BaseModel):
     """One sampled configuration: engine, model and the values of the active params."""
 
@@ -506,6 +531,24 @@ class Space:
                 source=w.source.to_source() if w.source else None))
         return out
 
+    def load_points(self) -> list[dict[str, Any]]:
+        """Every combination of the request-side params' values: the load ladder each server
+        start is measured at (one point, {}, when the space declares none)."""
+        ladder = {name: request_values(p) for name, p in self.m.params.items() if p.side == "request"}
+        return [dict(zip(ladder, combo, strict=True)) for combo in itertools.product(*ladder.values())]
+
+    def curve_specs(self) -> list[WorkloadSpec]:
+        """The workloads at every load point, named `<workload>@<param>=<value>` where the space
+        has request-side params (see search/curves.py for how they are read back)."""
+        points = self.load_points()
+        if points == [{}]:
+            return self.workload_specs()
+        out = []
+        for point in points:
+            label = ",".join(f"{k}={v}" for k, v in point.items())
+            out += [replace(spec, name=f"{spec.name}@{label}") for spec in self.workload_specs(point)]
+        return out
+
     def _active(self, when: dict[str, Any], chosen: dict[str, Any]) -> bool:
         for key, expected in when.items():
             if key.startswith("model."):
@@ -531,8 +574,8 @@ class Space:
         }
         values: dict[str, Any] = {}
         for name, param in self.m.params.items():
-            if not self._active(param.when, chosen):
-                continue
+            if param.side == "request" or not self._active(param.when, chosen):
+                continue  # request-side params are a load ladder measured at every start (curve_specs)
             dist = _distribution(param)
             if dist is None:
                 value = _default_value(param)
@@ -551,7 +594,7 @@ class Space:
         """Params for the baseline trial: first engine and model, every param at its default."""
         chosen: dict[str, Any] = {"engine": next(iter(self.m.engines)), "model": self.m.models[0].name}
         for name, param in self.m.params.items():
-            if self._active(param.when, chosen) and not isinstance(param, FixedParam):
+            if self._active(param.when, chosen) and not isinstance(param, FixedParam) and param.side != "request":
                 chosen[name] = _default_value(param)
         return chosen
 

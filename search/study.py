@@ -42,6 +42,7 @@ from harness.session import (
     free_port,
     model_id_of,
 )
+from search.curves import add_curve_summaries
 from search.memory_fit import estimate
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
@@ -157,6 +158,7 @@ class StudyRunner:
         self._known_in_a_row = 0
         self._reference_answers: ReferenceAnswers | None = None
         self._rooflines: dict[str, Roofline | None] = {}
+        self._quality_results: dict[int, QualityResult] = {}
 
     @property
     def starts(self) -> int:
@@ -213,7 +215,7 @@ class StudyRunner:
         trial_dir = self.results_dir / "trials" / f"{trial.number:04d}"
         try:
             if self._resolve(trial, config, record):  # resolve
-                self._run(config, record, trial_dir)  # run
+                self._run(trial, config, record, trial_dir)  # run
                 self._known_in_a_row = 0
         except TrialFailed as exc:
             fail(record, exc.failure)
@@ -273,29 +275,65 @@ class StudyRunner:
         return True
 
     # ---- run --------------------------------------------------------------------------------
-    def _run(self, config: Config, record: TrialRecord, trial_dir: Path) -> None:
-        flags, env, request = self.space.split(config)
+    def _run(self, trial: optuna.Trial, config: Config, record: TrialRecord, trial_dir: Path) -> None:
+        """One server start, measured at every load point; stopped early once clearly worse."""
+        flags, env, _ = self.space.split(config)
         req = RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model),
                          flags, env, trial_dir)
         m = self.space.m
         quality = QualityPlan(m.quality, self._reference(), m.measure.request_timeout_s) \
             if m.quality.suite or m.quality.reference else None
-        measured = self.session.run(req, self.space.workload_specs(request), self.measure_settings(), quality,
-                                    self._roofline(config))
-        if measured.reused_server:
-            self.reporter.phase("reused the running server (only request-side parameters changed)")
-        self._fill(record, measured)
-        self._score(record, measured.quality)
+        specs = self.space.curve_specs()
+        points = list(dict.fromkeys(s.name.partition("@")[2] for s in specs))  # in ladder order
+        for i, point in enumerate(points):
+            measured = self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
+                                        self.measure_settings(), quality if i == 0 else None, self._roofline(config))
+            if i == 0 and measured.reused_server:
+                self.reporter.phase("reused the running server")
+            self._fill(record, measured, first=i == 0)
+            if i + 1 < len(points) and self._clearly_worse(trial, record, point, i):
+                record.state = TrialState.PRUNED
+                record.warnings.append(f"stopped after load point {point}: clearly worse than the incumbent there")
+                self.reporter.phase(f"stopped measuring: clearly worse than the incumbent at {point}")
+                return
+        add_curve_summaries(record.metrics)
+        self._score(record, self._quality_results.get(record.number))
+
+    def _clearly_worse(self, trial: optuna.Trial, record: TrialRecord, point: str, step: int) -> bool:
+        """Below the incumbent at this load point by more than the prune margin (single objective,
+        curve objectives only). Reported to Optuna as an intermediate value (ratio to the incumbent)."""
+        objective = self.space.m.objectives
+        if len(objective) != 1 or "@" in objective[0].metric:
+            return False
+        base, _, leaf = objective[0].metric.partition(".")
+        key = f"{base}@{point}.{leaf}"
+        mine = record.metrics.get(key)
+        best = self._incumbent_at(key, objective[0].direction == "maximize")
+        if mine is None or best is None or best <= 0 or mine <= 0:
+            return False
+        ratio = mine / best if objective[0].direction == "maximize" else best / mine
+        trial.report(ratio, step)
+        return ratio < 1.0 - self.space.m.measure.prune_margin
+
+    def _incumbent_at(self, key: str, maximize: bool) -> float | None:
+        values = [r.metrics[key] for r in self.index.finished.values()
+                  if r.state == TrialState.COMPLETE and key in r.metrics and all(c <= 0 for c in r.constraint_values)]
+        if not values:
+            return None
+        return max(values) if maximize else min(values)
 
     def measure_settings(self) -> MeasureSettings:
         m = self.space.m.measure
-        return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s)
+        leaf = self.space.m.objectives[0].metric.rpartition(".")[2]
+        return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
 
-    def _fill(self, record: TrialRecord, measured: Measurement) -> None:
-        record.command, record.env, record.log_path = measured.command, measured.env, measured.log_path
-        record.reused_server, record.ready_s = measured.reused_server, measured.ready_s
-        record.startup = {"ready_s": measured.ready_s, **vars(measured.startup)}
-        record.fingerprint = measured.fingerprint
+    def _fill(self, record: TrialRecord, measured: Measurement, first: bool = True) -> None:
+        """Add one run's results to the record (a trial runs once per load point)."""
+        if first:
+            record.command, record.env, record.log_path = measured.command, measured.env, measured.log_path
+            record.reused_server, record.ready_s = measured.reused_server, measured.ready_s
+            record.startup = {"ready_s": measured.ready_s, **vars(measured.startup)}
+            record.fingerprint = measured.fingerprint
         for name, wm in measured.workloads.items():
             record.workloads[name] = wm.to_dict()
             for k, stat in wm.summary.items():
@@ -306,6 +344,8 @@ class StudyRunner:
         if measured.quality is not None:
             record.quality = measured.quality.to_dict()
             record.metrics.update(quality_metrics(measured.quality))
+            self._quality_results[record.number] = measured.quality
+        # Per workload (and load point) only: the curve summaries are added after the last point.
         record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
         record.metrics["startup.ready_s"] = record.ready_s or 0.0
 
@@ -376,6 +416,8 @@ class StudyRunner:
         self.reporter.trial_finished(record)
 
     def _tell(self, trial: optuna.Trial, record: TrialRecord) -> list[float]:
+        if record.state == TrialState.PRUNED:
+            raise optuna.TrialPruned(f"trial {trial.number} stopped early: clearly worse than the incumbent")
         if record.state in (TrialState.COMPLETE, TrialState.DUPLICATE) and record.objective_values is not None:
             for label, value in zip(self.constraint_labels(), record.constraint_values, strict=True):
                 trial.set_constraint(label, value)  # feasible when <= 0; samplers and reports read these

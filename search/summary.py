@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
@@ -17,6 +18,7 @@ class StudyView:
     objectives: list[tuple[str, str]]  # (metric, direction)
     records: list[TrialRecord]
     baseline_number: int | None
+    confirmation: dict[str, Any] | None = None  # search.confirm.Confirmation, as stored in the study
 
     @property
     def feasible(self) -> list[TrialRecord]:
@@ -47,6 +49,14 @@ class StudyView:
                 front.append(r)
         return sorted(front, key=key, reverse=True)
 
+    def verdict(self) -> str:
+        """The confirmed answer, or a plain statement that the ranking is unconfirmed."""
+        c = self.confirmation
+        if c is None:
+            return ("unconfirmed ranking: run `search confirm` to re-measure the top configs beside the default "
+                    "with fresh starts")
+        return f"{c['answer']} ({c['rounds']} confirmation rounds, {c['wall_s']} s)"
+
     def ratio_to_default(self, record: TrialRecord) -> float | None:
         base = self.baseline
         if not base or not base.objective_values or not record.objective_values:
@@ -69,4 +79,6 @@ def load_view(study: optuna.Study) -> StudyView:
             records.append(interrupted[t.number])
     metrics = study.user_attrs.get("objectives") or [[f"objective_{i}", d.name.lower()]
                                                      for i, d in enumerate(study.directions)]
-    return StudyView(study.study_name, [tuple(m) for m in metrics], records, baseline)
+    confirmation = study.user_attrs.get("confirmation")
+    return StudyView(study.study_name, [tuple(m) for m in metrics], records, baseline,
+                     confirmation if isinstance(confirmation, dict) else None)

@@ -55,7 +55,7 @@ def test_two_workers_share_one_budget_without_duplicates_or_losses(tmp_path: Pat
     study = f"dist-{uuid.uuid4().hex[:8]}"
     budget = 6
     cmd = [sys.executable, "-m", "search.cli", "run", str(space), "--storage", postgres_url, "--study", study,
-           "--trials", str(budget), "--quiet"]
+           "--trials", str(budget), "--quiet", "--no-confirm"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     workers = []
     for i in range(2):

@@ -96,7 +96,7 @@ class SearchProcess:
     def __init__(self, space: Path, results: Path, study: str, trials: int, env: dict[str, str] | None = None,
                  storage: str | None = None, sigint: Any = signal.SIG_DFL):
         argv = [sys.executable, "-m", "search.cli", "run", str(space), "--results", str(results), "--study", study,
-                "--trials", str(trials), "--json", *(["--storage", storage] if storage else [])]
+                "--trials", str(trials), "--json", "--no-confirm", *(["--storage", storage] if storage else [])]
         # The child's SIGINT disposition is set here, not inherited from however the test suite was
         # started: a suite run as a background job of a script has SIGINT ignored, and so would the
         # child. `sigint` is what the child starts with (SIG_DFL: a terminal's foreground job).

@@ -335,13 +335,13 @@ def build_real_study(base: Path) -> Path:
             pytest.fail(f"{what} is missing at {path}: run `make setup` first", pytrace=False)
     space = base / "report-e2e.yaml"
     space.write_text(textwrap.dedent(SPACE.format(server=server, model=model)))
-    first = search_cli("run", str(space), "--trials", "1", "--results", str(results), "--quiet")
+    first = search_cli("run", str(space), "--trials", "1", "--results", str(results), "--quiet", "--no-confirm")
     assert first.returncode in (0, 1), first.stdout + first.stderr
     study = optuna.load_study(study_name="report-e2e", storage=f"sqlite:///{folder / 'study.db'}")
     for params in PLANNED:
         study.enqueue_trial(params)
     rest = search_cli("run", str(space), "--trials", str(1 + len(PLANNED)), "--results", str(results),
-                      "--quiet")
+                      "--quiet", "--no-confirm")
     assert rest.returncode in (0, 1), rest.stdout + rest.stderr
     (folder / "DONE").write_text("ok\n")
     return folder

@@ -67,37 +67,40 @@ def test_real_search_stores_results_failures_and_leaks_nothing(tmp_path: Path) -
     results = tmp_path / "results"
     recorder = Recorder()
     runner = StudyRunner(space, default_storage(results), "e2e", results, recorder)
-    # After the default trial: the same server with another concurrency (request-side: reused),
-    # then a config vLLM refuses (max_model_len beyond the model's limit).
-    runner.study.enqueue_trial({"max_model_len": 2048, "max_num_seqs": 128, "concurrency": 1})
-    runner.study.enqueue_trial({"max_model_len": 100000, "max_num_seqs": 128, "concurrency": 1})
-    runner.run(n_trials=3)
+    # After the default trial: the default again (a duplicate: not launched, not counted in the
+    # budget), then a config vLLM refuses (max_model_len beyond the model's limit).
+    runner.study.enqueue_trial({"max_model_len": 2048, "max_num_seqs": 128})
+    runner.study.enqueue_trial({"max_model_len": 100000, "max_num_seqs": 128})
+    runner.run(n_trials=2)
 
     view = load_view(runner.study)
     by_number = {r.number: r for r in view.records}
     assert sorted(by_number) == [0, 1, 2]
-    default, reused, bad = by_number[0], by_number[1], by_number[2]
+    default, duplicate, bad = by_number[0], by_number[1], by_number[2]
 
     assert default.state == "complete", default.failure
-    assert default.metrics["short.output_tok_s"] > 0
+    # One start measured the whole load ladder (concurrency 1 and 2, request-side), and the curve's
+    # summary is the geometric mean of the points.
+    one, two = default.metrics["short@concurrency=1.output_tok_s"], default.metrics["short@concurrency=2.output_tok_s"]
+    assert one > 0 and two > 0
+    assert default.metrics["short.output_tok_s"] == pytest.approx((one * two) ** 0.5)
     assert default.metrics["short.errors"] == 0
     assert "--max-model-len 2048" in default.command and "--enforce-eager" in default.command
     assert view.baseline_number == 0 and view.ratio_to_default(default) == pytest.approx(1.0)
 
     # Output tokens come from the server's `usage` and agree with its own counter.
     detail = json.loads((results / "trials" / "0000" / "result.json").read_text())
-    sample = detail["workloads"]["short"]["samples"][0]
+    sample = detail["workloads"]["short@concurrency=2"]["samples"][0]
     assert [r["output_tokens"] for r in sample["requests"]] == [16, 16]  # ignore_eos: exactly max_tokens
     assert sample["server"]["generation_tokens"] == 32
 
-    assert reused.reused_server and reused.state == "complete", reused.failure
-    assert runner.starts == 2 and runner.starts_saved == 1
+    assert duplicate.state == "duplicate" and duplicate.duplicate_of == 0
+    assert runner.starts == 2, "the duplicate must not start a server"
 
     assert bad.state == "failed" and bad.failure is not None
     assert bad.failure.cause == "max_model_len", bad.failure
     assert bad.failure.log_tail, "the failure keeps the last log lines"
     assert "--max-model-len 100000" in bad.command
-
     assert any("loading" in p for p in recorder.phases) and any("measuring" in p for p in recorder.phases)
     leftovers = [p.pid for p in psutil.process_iter(["cmdline"]) if served in " ".join(p.info["cmdline"] or [])]
     assert leftovers == [], f"server processes left running: {leftovers}"

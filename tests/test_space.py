@@ -132,9 +132,13 @@ def test_split_and_launch_key_separate_launch_from_request_side() -> None:
                          "concurrency": 1})
     a, b = space.sample(study.ask()), space.sample(study.ask())
     flags, env, request = space.split(a)
-    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0-1"} and request == {"concurrency": 4}
+    # Request-side params are not sampled: every start is measured at each point of the ladder.
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0-1"} and request == {} and "concurrency" not in a.values
     assert space.launch_key(a) == space.launch_key(b)
-    assert [w.concurrency for w in space.workload_specs(request)] == [4]
+    assert space.load_points() == [{"concurrency": 1}, {"concurrency": 4}]
+    curve = space.curve_specs()
+    assert [(w.name, w.concurrency) for w in curve] == [(f"{w.name}@concurrency=1", 1) for w in space.m.workloads] + [
+        (f"{w.name}@concurrency=4", 4) for w in space.m.workloads]
     spec = get_engine("vllm").build_launch(space.engine_settings("vllm"), space.model_choice("m"), flags, env, 8123)
     argv = list(spec.argv)
     assert argv[argv.index("--speculative-config") + 1] == '{"method":"mtp","num_speculative_tokens":2}'
@@ -147,7 +151,7 @@ def test_default_config_is_the_baseline() -> None:
     space = parse_space(doc())
     assert space.default_config() == {"engine": "vllm", "model": "m", "enforce_eager": False,
                                       "speculative_method": "none", "gpu_memory_utilization": 0.8,
-                                      "bind": "auto", "concurrency": 1}
+                                      "bind": "auto"}
 
 
 def test_constraint_values_follow_optuna_convention() -> None:

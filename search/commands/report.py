@@ -11,12 +11,12 @@ from search.results import ResultsError
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from search.cli import _storage_for, console
+    from search.cli import console, storage_for
     from search.report import export_tables, load_report_input, write_html
 
     if not (args.html or args.csv or args.parquet):
         raise ResultsError("nothing to write: give --html FILE, --csv DIR and/or --parquet DIR")
-    storage, name = _storage_for(args.study, args.storage)
+    storage, name = storage_for(args.study, args.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.load_study(study_name=name, storage=storage)

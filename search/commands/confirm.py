@@ -1,0 +1,72 @@
+"""`search confirm STUDY`: re-measure the study's top configs beside the default with fresh
+starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import optuna
+
+from search.confirm import CONFIRM_ATTR, Confirmation, candidates, run_confirmation
+from search.results import ResultsError
+from search.space import Space, load_space
+from search.summary import StudyView, load_view
+
+
+def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: int, max_rounds: int,
+                  progress: object) -> Confirmation | None:
+    """Confirm and store; None when the study has no default trial to compare with."""
+    view = load_view(study)
+    default = view.baseline
+    if default is None or default.state != "complete":
+        return None
+    objective = space.m.objectives[0]
+    tops = candidates(view.records, view.baseline_number, objective.direction, top_k)
+    result = run_confirmation(space, default, tops, results_dir / "confirm", max_rounds=max_rounds,
+                              progress=progress)  # type: ignore[arg-type]
+    study.set_user_attr(CONFIRM_ATTR, result.to_dict())
+    return result
+
+
+def stored_confirmation(study: optuna.Study) -> dict[str, object] | None:
+    data = study.user_attrs.get(CONFIRM_ATTR)
+    return data if isinstance(data, dict) else None
+
+
+def confirmed_line(view: StudyView, study: optuna.Study) -> str:
+    """One line for show/best: the confirmed answer, or why there is none yet."""
+    data = stored_confirmation(study)
+    if data is None:
+        return "unconfirmed: run `search confirm` to re-measure the top configs beside the default"
+    return f"{data['answer']} ({data['rounds']} rounds, {data['wall_s']} s)"
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from search.cli import console, storage_for
+
+    storage, name = storage_for(args.study, args.storage)
+    study = optuna.load_study(study_name=name, storage=storage)
+    source = args.space or study.user_attrs.get("space_source")
+    if not source or not Path(str(source)).exists():
+        raise ResultsError("the study does not name a space file that exists here; give --space FILE")
+    space = load_space(str(source))
+    results_dir = Path(args.results) / name
+    result = confirm_study(study, space, results_dir, args.top, args.max_rounds,
+                           lambda text: console.print(f"  {text}"))
+    if result is None:
+        raise ResultsError("the study has no completed default trial to confirm against")
+    console.print(result.answer)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("confirm", help="re-measure the top configs beside the default (fresh starts, "
+                                              "interleaved) and store the confirmed verdict")
+    p.add_argument("study", help="results folder (results/NAME) or study name")
+    p.add_argument("--storage")
+    p.add_argument("--space", help="the space file (default: the one the study was created from)")
+    p.add_argument("--results", default="results", help="results folder (default: ./results)")
+    p.add_argument("--top", type=int, default=2, help="how many of the best configs to confirm (default 2)")
+    p.add_argument("--max-rounds", type=int, default=6, help="fresh starts per config at most (default 6)")
+    p.set_defaults(func=cmd_confirm)

@@ -1,0 +1,168 @@
+"""Confirmation before a verdict: the study's top configs and the default, re-measured with fresh
+server starts, interleaved round-robin (each round starts every arm once, in a rotating order, so
+drift and a noisy neighbour hit all arms alike), judged with the gate's start-level statistics
+and stopped as soon as every comparison is settled.
+
+The study's answer is the confirmed one: a ratio to the default with its interval, or "no config
+is distinguishable from the default" when that is the truth, or a withheld verdict when programs
+other than ours used a large share of the CPU while we measured.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.failure import TrialFailed
+from harness.hostload import LoadMeter, LoadWindow
+from harness.session import MeasureSettings, RunRequest, Session
+from search.gate import MetricVerdict
+from search.results import TrialRecord
+from search.sequential import MIN_STARTS, compare_starts, settled
+from search.space import Space
+
+CONFIRM_ATTR = "confirmation"
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class Arm:
+    number: int  # the trial it confirms
+    label: str
+    params: dict[str, Any]
+    runs: list[list[float]] = field(default_factory=list)  # per fresh start: the objective's run values
+    failures: list[str] = field(default_factory=list)
+    command: str = ""
+
+
+@dataclass
+class Confirmation:
+    metric: str
+    direction: str
+    default: int
+    rounds: int
+    wall_s: float
+    arms: list[dict[str, Any]]  # Arm as dicts, the default first
+    verdicts: dict[str, dict[str, Any]]  # str(trial number) -> MetricVerdict.to_dict()
+    load: list[dict[str, Any]]
+    contended: bool
+    answer: str
+    winner: int | None  # the trial confirmed better than the default, if any
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def candidates(records: list[TrialRecord], baseline: int | None, direction: str, top_k: int) -> list[TrialRecord]:
+    """The top-k feasible completed configs by the first objective, the default excluded."""
+    feasible = [r for r in records if r.state == "complete" and r.objective_values is not None
+                and all(c <= 0 for c in r.constraint_values) and r.number != baseline]
+    sign = 1.0 if direction == "maximize" else -1.0
+    return sorted(feasible, key=lambda r: sign * (r.objective_values or [0.0])[0], reverse=True)[:top_k]
+
+
+def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord], work_dir: Path,
+                     min_rounds: int = MIN_STARTS, max_rounds: int = 6, min_effect: float = 0.03,
+                     progress: Progress = _quiet) -> Confirmation:
+    """Re-measure `tops` and `default` with fresh starts, round-robin, until settled or max_rounds."""
+    objective = space.m.objectives[0]
+    workload, _, leaf = objective.metric.partition(".")
+    arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params))
+            for r in [default, *tops]]
+    looks = tuple(range(min_rounds, max_rounds + 1))
+    loads: list[LoadWindow] = []
+    verdicts: dict[str, MetricVerdict] = {}
+    started = time.monotonic()
+    rounds = 0
+    with Session(progress, keep_server=False) as session:
+        for rnd in range(max_rounds):
+            order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
+            for arm in (order if rnd % 2 == 0 else order[::-1]):
+                progress(f"confirmation round {rnd + 1}/{max_rounds}: {arm.label}")
+                meter = LoadMeter().start()
+                arm.runs.append(_measure(session, space, arm, workload, leaf, work_dir / f"r{rnd:02d}-{arm.label}"))
+                loads.append(meter.stop())
+            rounds = rnd + 1
+            if any(not arm.runs[-1] for arm in arms):
+                break  # an arm failed to start or measure: nothing to compare this round
+            verdicts = {str(arm.number): compare_starts(objective.metric, arms[0].runs, arm.runs,
+                                                        direction="higher" if objective.direction == "maximize"
+                                                        else "lower", min_effect=min_effect, looks=looks)
+                        for arm in arms[1:]}
+            if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
+                break
+    contended = _contended(loads)
+    answer, winner = _answer(arms, verdicts, contended, objective.direction)
+    return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
+                        rounds=rounds, wall_s=round(time.monotonic() - started, 1),
+                        arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},
+                        load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner)
+
+
+def _measure(session: Session, space: Space, arm: Arm, workload: str, leaf: str, log_dir: Path) -> list[float]:
+    config = space.sample(_fixed(arm.params))
+    flags, env, request = space.split(config)
+    req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, log_dir,
+                     fresh=True)
+    m = space.m.measure
+    try:
+        measured = session.run(req, [w for w in space.workload_specs(request) if w.name == workload],
+                               MeasureSettings(m.repeats, m.warmup, m.request_timeout_s))
+    except TrialFailed as exc:
+        arm.failures.append(str(exc))
+        return []
+    arm.command = measured.command
+    wm = measured.workloads.get(workload)
+    if wm is None:
+        arm.failures.append(f"workload {workload!r} was not measured")
+        return []
+    values = [s.metrics[leaf] for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]
+    if not values and leaf in wm.summary:
+        values = [wm.summary[leaf].median]
+    return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def _fixed(params: dict[str, Any]) -> Any:
+    import optuna
+
+    return optuna.trial.FixedTrial(params)
+
+
+def _contended(loads: list[LoadWindow]) -> bool:
+    """Contended when other programs' CPU exceeded the threshold in over a quarter of the windows."""
+    return bool(loads) and sum(w.contended for w in loads) > len(loads) / 4
+
+
+def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool,
+            direction: str) -> tuple[str, int | None]:
+    failed = [a for a in arms if a.failures]
+    if failed:
+        return ("not confirmed: " + "; ".join(f"{a.label} failed ({a.failures[-1][:120]})" for a in failed)), None
+    if not verdicts:
+        return "nothing to confirm: no feasible config besides the default", None
+    better = [(k, v) for k, v in verdicts.items() if v.verdict == "improved"]
+    lines = [f"#{k}: {_ratio_text(v)} the default ({v.verdict})" for k, v in verdicts.items()]
+    if contended:
+        return ("verdict withheld: other programs used much of the CPU while confirming, so the ranking may be "
+                "the load's; measured: " + "; ".join(lines)), None
+    if better:
+        sign = 1.0 if direction == "maximize" else -1.0
+        key, best = max(better, key=lambda kv: sign * kv[1].ratio)
+        return f"confirmed: #{key} is {_ratio_text(best)} the default", int(key)
+    if all(v.verdict in ("unchanged", "inconclusive") for v in verdicts.values()):
+        return "no config is distinguishable from the default; " + "; ".join(lines), None
+    return "the default stays best; " + "; ".join(lines), None
+
+
+def _ratio_text(v: MetricVerdict) -> str:
+    if not math.isfinite(v.ratio):
+        return "not comparable with"
+    return f"{v.ratio:.2f}x (CI {v.ci_low:.2f}-{v.ci_high:.2f}, {v.n_b} starts)"
