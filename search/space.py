@@ -276,6 +276,9 @@ class MeasureModel(Strict):
     # Stop measuring a config's remaining load points once it is this much below the incumbent at a
     # point (start-to-start noise is ~7% on a shared CPU, ~1-5% on a GPU: twice that, at least 10%).
     prune_margin: float = Field(default=0.15, gt=0, lt=1)
+    # Differences below this are noise (start-to-start): the study stops when no untried config can
+    # plausibly beat the incumbent by more (search/stopping.py).
+    noise_floor: float = Field(default=0.05, gt=0, lt=1)
 
     def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:  # noqa: F821
         """The measurement policy for one workload; `metric` is the per-run value it watches (the

@@ -46,7 +46,9 @@ from search.curves import add_curve_summaries
 from search.memory_fit import estimate
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler, space_exhausted, worker_seed
 from search.space import Config, Space, constraint_value
+from search.stopping import study_should_stop
 from search.trial_index import RECORD_ATTR, TrialIndex
 
 __all__ = ["RECORD_ATTR", "Reporter", "StudyRunner", "default_storage", "free_port", "make_storage", "open_study",
@@ -67,20 +69,6 @@ class Reporter(Protocol):
 
 class SkipTrial(Exception):
     """A suggestion that costs nothing and teaches nothing (another worker runs it): told as FAIL."""
-
-
-def worker_seed(base: int, worker: str) -> int:
-    """Workers of one study must not propose the same configs in lockstep: each gets its own seed."""
-    import zlib
-
-    return (base * 1_000_003 + zlib.crc32(worker.encode())) % (2**31)
-
-
-def make_sampler(space: Space, seed: int) -> optuna.samplers.BaseSampler:
-    """TPE for one objective, NSGA-II for several; both honour the constraints each trial sets."""
-    if len(space.m.objectives) == 1:
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-    return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
 
 
 def default_storage(results_dir: Path) -> str:
@@ -154,7 +142,7 @@ class StudyRunner:
         self.session = Session(reporter.phase)
         self.index = TrialIndex()
         self.total = space.m.budget.trials
-        self.exhausted = False
+        self.stop_reason: str | None = None  # why the study stopped before its budget
         self._known_in_a_row = 0
         self._reference_answers: ReferenceAnswers | None = None
         self._rooflines: dict[str, Roofline | None] = {}
@@ -199,10 +187,17 @@ class StudyRunner:
         # Trials other workers are running count too, so that workers together run the budget.
         if counted_trials(study, with_running=True) >= self.total:
             study.stop()
-        elif self._known_in_a_row >= EXHAUSTED_AFTER:
-            self.exhausted = True
-            self.reporter.note(f"the space looks exhausted: the last {EXHAUSTED_AFTER} suggestions were all "
-                               "configs tried before; stopping")
+            return
+        reason = None
+        if self._known_in_a_row >= EXHAUSTED_AFTER or space_exhausted(study, self.space):
+            reason = "the space is exhausted: every config was tried"
+        else:
+            decision = study_should_stop(study, self.space, self.space.m.measure.noise_floor)
+            if decision.stop:
+                reason = f"nothing left to win: {decision.reason}"
+        if reason:
+            self.stop_reason = reason
+            self.reporter.note(f"stopping before the budget: {reason}")
             study.stop()
 
     def _objective(self, trial: optuna.Trial) -> list[float]:
@@ -418,15 +413,19 @@ class StudyRunner:
     def _tell(self, trial: optuna.Trial, record: TrialRecord) -> list[float]:
         if record.state == TrialState.PRUNED:
             raise optuna.TrialPruned(f"trial {trial.number} stopped early: clearly worse than the incumbent")
-        if record.state in (TrialState.COMPLETE, TrialState.DUPLICATE) and record.objective_values is not None:
-            for label, value in zip(self.constraint_labels(), record.constraint_values, strict=True):
-                trial.set_constraint(label, value)  # feasible when <= 0; samplers and reports read these
-            return record.objective_values
-        # A failed config is told as PRUNED, not FAIL: TPE then ranks it below every result and
-        # steers away from its region (crash learning), while FAIL trials would be ignored and the
-        # same failing region proposed again. The record keeps its state and cause.
-        cause = record.failure.cause if record.failure else "failed"
-        raise optuna.TrialPruned(f"trial {trial.number} failed: {cause}")
+        measured = record.state in (TrialState.COMPLETE, TrialState.DUPLICATE) and record.objective_values is not None
+        for label, value in zip(self.constraint_labels(), record.constraint_values if measured else
+                                [0.0] * len(self.constraint_labels()), strict=True):
+            trial.set_constraint(label, value)  # feasible when <= 0; samplers and reports read these
+        if measured:
+            trial.set_constraint(FAILED_KEY, 0.0)
+            return record.objective_values or []
+        # A failed config is told COMPLETE with a violation larger than any real one and the worst
+        # finite values: every sampler in use (TPE, NSGA-II) then ranks it below every measured
+        # config, feasible or not, and steers away from its region (search/sampler.py says why
+        # PRUNED or FAIL would not). The record keeps its state and cause.
+        trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
+        return failure_values(self.study.directions)
 
 
 def fail(record: TrialRecord, failure: Failure) -> None:
