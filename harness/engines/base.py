@@ -215,6 +215,9 @@ _REJECTED_FLAG: list[re.Pattern[str]] = [
     re.compile(r"error: unrecognized arguments: (?P<flag>-[^\s=]+)"),
     # argparse: a value refused by a known flag (`argument --x/-y: invalid choice: 'v' (choose...)`).
     re.compile(r"error: argument (?P<flag>-[^\s:/]+)(?:/\S+)?: (?P<why>[^\n]*)"),
+    # click/typer (`transformers serve`): an unknown option, or a value an option refused.
+    re.compile(r"No such option: (?P<flag>-[^\s.,]+)"),
+    re.compile(r"Invalid value for '(?P<flag>-[^']+)'(?: / '[^']+')?: (?P<why>[^\n]*)"),
 ]
 
 
