@@ -19,6 +19,7 @@ from rich.table import Table
 from harness import secrets
 from harness.launch.registry import Terminated, install_signal_handlers, stop_all
 from search import commands
+from search.curves import best_per_point, switch_points
 from search.results import ResultsError, TrialRecord
 from search.space import Config, SpaceError, load_space
 from search.study import StudyRunner, default_storage
@@ -141,7 +142,22 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
         console.print(f"\n[bold green]best[/] trial #{r.number} (ranking, measured once): {desc}"
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
         console.print(safe(r.command))
+    print_per_load(view)
     console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")
+
+
+def print_per_load(view: StudyView) -> None:
+    """The best config at each load point of the first objective's curve, and where it switches."""
+    metric, direction = view.objectives[0]
+    bests = best_per_point(view.feasible, metric, direction == "maximize")
+    if len(bests) < 2:
+        return
+    console.print(f"\n[bold]per load[/] ({metric} at each point, one start per config):")
+    for b in bests:
+        other = f"; next #{b.runner_up} = {_fmt(b.runner_up_value, 4)}" if b.runner_up is not None else ""
+        console.print(f"  {safe(b.point)}: best #{b.number} = {_fmt(b.value, 4)}{other}")
+    for line in switch_points(bests) or ["the same config is best at every load point"]:
+        console.print(f"  {safe(line)}")
 
 
 def storage_for(target: str, storage: str | None) -> tuple[str, str]:
@@ -160,9 +176,10 @@ def storage_for(target: str, storage: str | None) -> tuple[str, str]:
 def cmd_run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     if args.dry_run is not None:
-        from search.dryrun import dry_run
+        from search.dryrun import dry_run, previous_records
 
-        for line in dry_run(space, args.dry_run):
+        records = previous_records(Path(args.results) / (args.study or space.name), args.storage)
+        for line in dry_run(space, args.dry_run, records):
             print(line)
         return 0
     study_name = args.study or space.name
@@ -170,7 +187,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     storage = args.storage or default_storage(results_dir)
     reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json,
                                maximize=space.m.objectives[0].direction == "maximize")
-    runner = StudyRunner(space, storage, study_name, results_dir, reporter, seed=args.seed)
+    runner = StudyRunner(space, storage, study_name, results_dir, reporter, seed=args.seed,
+                         budget_s=args.budget_hours * 3600 if args.budget_hours else None)
+    if args.warm_start:
+        from search.warmstart import warm_start
+
+        warm_url, warm_name = storage_for(args.warm_start, args.warm_storage)
+        queued, added = warm_start(runner.study, optuna.load_study(study_name=warm_name, storage=warm_url))
+        if queued or added:
+            reporter.note(f"warm start from {warm_name}: its top {queued} config(s) run first; {added} of its trials "
+                          "inform the sampler")
     if not args.json:
         console.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
     try:
@@ -180,7 +206,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
                   "run the same command again to resume")
         return 143 if isinstance(exc, Terminated) else 130  # the shell's codes for SIGTERM / SIGINT
-    if space.m.confirm.top_k and not args.no_confirm:
+    if space.m.confirm.top_k and not args.no_confirm and not runner.confirmation_fits():
+        reporter.note("no confirmation: the time budget has no room for it (run `search confirm` later)")
+    elif space.m.confirm.top_k and not args.no_confirm:
         from search.commands.confirm import confirm_study
 
         reporter.note(f"confirming: the top {space.m.confirm.top_k} config(s) and the default, fresh starts, "
@@ -238,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default="results", help="results folder (default: ./results)")
     run.add_argument("--quiet", action="store_true", help="print only the final table")
     run.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    run.add_argument("--budget-hours", type=float, metavar="H",
+                     help="wall-time budget: no trial is started that the running estimate says cannot "
+                          "finish in time (confirmation runs included)")
     run.add_argument("--no-confirm", action="store_true",
                      help="skip the confirmation runs of the top configs at the end (see `search confirm`)")
     run.add_argument("--seed", type=int, help="the sampler's seed (default: the space's seed mixed with this "

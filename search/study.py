@@ -43,6 +43,7 @@ from harness.session import (
     model_id_of,
 )
 from search.curves import add_curve_summaries
+from search.estimate import Estimator
 from search.memory_fit import estimate
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
@@ -129,7 +130,7 @@ def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
 
 class StudyRunner:
     def __init__(self, space: Space, storage: str, study_name: str, results_dir: Path, reporter: Reporter,
-                 seed: int | None = None):
+                 seed: int | None = None, budget_s: float | None = None):
         self.space = space
         self.storage = storage
         self.study_name = study_name
@@ -143,6 +144,9 @@ class StudyRunner:
         self.index = TrialIndex()
         self.total = space.m.budget.trials
         self.stop_reason: str | None = None  # why the study stopped before its budget
+        self.budget_s = budget_s  # wall time: no trial is started that the estimate says cannot finish
+        self.deadline: float | None = None
+        self.estimator = Estimator(space, stored_records(self.study))
         self._known_in_a_row = 0
         self._reference_answers: ReferenceAnswers | None = None
         self._rooflines: dict[str, Roofline | None] = {}
@@ -166,6 +170,7 @@ class StudyRunner:
         """Run until the study holds `n_trials` counted trials (the budget is per study, so a
         second run of the same study resumes, and several workers share one budget)."""
         self.total = n_trials or self.space.m.budget.trials
+        self.deadline = time.monotonic() + self.budget_s if self.budget_s else None
         fail_trials_of_dead_workers(self.study, self.space.default_config())
         requeue_interrupted(self.study)
         if counted_trials(self.study) >= self.total:
@@ -182,6 +187,14 @@ class StudyRunner:
                                 gc_after_trial=False, catch=(SkipTrial,))
         finally:
             self.session.close()
+
+    def confirmation_fits(self) -> bool:
+        """Whether the minimum confirmation (3 rounds of the default and the top configs) fits the
+        time budget that is left."""
+        if self.deadline is None:
+            return True
+        arms = 1 + self.space.m.confirm.top_k
+        return 3 * arms * self.estimator.trial_s() <= self.deadline - time.monotonic()
 
     def _stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # Trials other workers are running count too, so that workers together run the budget.
@@ -261,6 +274,18 @@ class StudyRunner:
             record.state = TrialState.SKIPPED
             self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
             raise SkipTrial(f"another worker runs the same config (trial #{running_elsewhere})")
+        if self.deadline is not None:
+            need = self.estimator.trial_s(config.engine)
+            left = self.deadline - time.monotonic()
+            if need > left:
+                trial.set_user_attr(BUDGET_ATTR, False)
+                record.state = TrialState.SKIPPED
+                self.stop_reason = (f"the time budget is spent: a trial of {config.engine} takes about "
+                                    f"{need / 60:.1f} min, {max(0.0, left) / 60:.1f} min are left")
+                self.reporter.note(f"stopping: {self.stop_reason}")
+                self.study.stop()
+                self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
+                raise SkipTrial(self.stop_reason)
         fit = estimate(self.space, config)
         if fit is not None and not fit.fits:
             self.reporter.phase(f"not launched: cannot fit ({fit.detail})")
@@ -408,6 +433,8 @@ class StudyRunner:
         trial.set_user_attr(RECORD_ATTR, jsonable(record.summary()))
         write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
         self.index.add(record)
+        if record.state in (TrialState.COMPLETE, TrialState.FAILED, TrialState.PRUNED):
+            self.estimator.observe(record)
         self.reporter.trial_finished(record)
 
     def _tell(self, trial: optuna.Trial, record: TrialRecord) -> list[float]:
