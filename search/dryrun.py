@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -142,6 +143,23 @@ def _describe(launch: Launch, header: str) -> list[str]:
         lines.append(f"# warning: {launch.fit.warning}")
     lines.append(launch.command)
     return lines
+
+
+def previous_records(results_dir: Path, storage: str | None = None) -> list[TrialRecord]:
+    """The finished trials of the study a run would resume (its measured times feed the estimate);
+    none when there is no such study yet. Creates nothing."""
+    from search.study import stored_records
+
+    if storage is None:
+        db = results_dir / "study.db"
+        if not db.is_file():
+            return []
+        storage = f"sqlite:///{db.resolve()}"
+    try:
+        study = optuna.load_study(study_name=results_dir.name, storage=storage)
+    except (KeyError, ValueError, optuna.exceptions.OptunaError):
+        return []
+    return [r for r in stored_records(study) if r.wall_s is not None]
 
 
 def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[str]:
