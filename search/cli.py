@@ -19,7 +19,7 @@ from rich.table import Table
 from harness import secrets
 from harness.launch.registry import Terminated, install_signal_handlers, stop_all
 from search import commands
-from search.curves import best_per_point, switch_points
+from search.curves import best_per_point, best_per_workload, switch_points
 from search.results import ResultsError, TrialRecord
 from search.space import Config, SpaceError, load_space
 from search.study import StudyRunner, default_storage
@@ -150,9 +150,13 @@ def print_per_load(view: StudyView) -> None:
     """The best config at each load point of the first objective's curve, and where it switches."""
     metric, direction = view.objectives[0]
     bests = best_per_point(view.feasible, metric, direction == "maximize")
+    what = f"{metric} at each load point"
+    if len(bests) < 2:  # no ladder: the workloads are the load levels
+        leaf = metric.rpartition(".")[2]
+        bests, what = best_per_workload(view.feasible, leaf, direction == "maximize"), f"{leaf} in each workload"
     if len(bests) < 2:
         return
-    console.print(f"\n[bold]per load[/] ({metric} at each point, one start per config):")
+    console.print(f"\n[bold]per load[/] ({what}; each config measured at every level in one start):")
     for b in bests:
         other = f"; next #{b.runner_up} = {_fmt(b.runner_up_value, 4)}" if b.runner_up is not None else ""
         console.print(f"  {safe(b.point)}: best #{b.number} = {_fmt(b.value, 4)}{other}")

@@ -69,6 +69,24 @@ def best_per_point(records: list[Any], metric: str, maximize: bool) -> list[Poin
     return sorted(out, key=lambda p: _point_order(p.point))
 
 
+def best_per_workload(records: list[Any], leaf: str, maximize: bool) -> list[PointBest]:
+    """Without a request-side ladder, a space's workloads are its load levels (e.g. `single` and
+    `four_streams`): the best feasible trial for `leaf` in each workload, in measurement order."""
+    by_workload: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for r in records:
+        for key, value in r.metrics.items():
+            parts = split_name(key)
+            if parts and parts[1] is None and parts[2] == leaf and value is not None:
+                by_workload[parts[0]].append((float(value), r.number))
+    out = []
+    for workload, values in by_workload.items():
+        ranked = sorted(values, reverse=maximize)
+        second = ranked[1] if len(ranked) > 1 else None
+        out.append(PointBest(workload, ranked[0][1], ranked[0][0], second[1] if second else None,
+                             second[0] if second else None))
+    return out
+
+
 def switch_points(bests: list[PointBest]) -> list[str]:
     """Where the best config changes along the ladder: 'from #3 at concurrency=1 to #5 at concurrency=4'."""
     out = []

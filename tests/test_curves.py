@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from search.curves import add_curve_summaries, best_per_point, split_name, switch_points
+from search.curves import add_curve_summaries, best_per_point, best_per_workload, split_name, switch_points
 
 
 def test_names_split_into_workload_point_and_metric() -> None:
@@ -47,3 +47,13 @@ def test_best_per_point_and_switch_points() -> None:
     assert switch_points(bests) == ["#0 is best up to c=1, #3 from c=4"]
     low = best_per_point(records, "w.t", maximize=False)
     assert [b.number for b in low] == [3, 0, 0]
+
+
+def test_without_a_ladder_the_workloads_are_the_load_levels() -> None:
+    records = [
+        SimpleNamespace(number=0, metrics={"single.output_tok_s": 25.0, "four_streams.output_tok_s": 180.0}),
+        SimpleNamespace(number=2, metrics={"single.output_tok_s": 27.0, "four_streams.output_tok_s": 160.0}),
+    ]
+    bests = best_per_workload(records, "output_tok_s", maximize=True)
+    assert [(b.point, b.number) for b in bests] == [("single", 2), ("four_streams", 0)]
+    assert switch_points(bests) == ["#2 is best up to single, #0 from four_streams"]
