@@ -42,7 +42,7 @@ MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wid
 
 
 @lru_cache(maxsize=64)
-def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = 40_000,
+def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = 200_000,
                            seed: int = 7) -> float:
     """Nominal two-sided p threshold for looks at these starts-per-side counts, with an overall
     false-alarm probability alpha under no change (Monte Carlo, seeded: the same plan always gets
