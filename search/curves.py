@@ -4,8 +4,8 @@
 Metric names: `<workload>@<point>.<metric>` is the value at one load point (e.g.
 `chat@concurrency=4.output_tok_s`); `<workload>.<metric>` is the curve's summary, the geometric
 mean over the points (scale-free: ranking configs by it is ranking them by their mean log-ratio
-to any reference config), or the sum for counts (errors). Objectives and constraints may name
-either.
+to any reference config), or the sum for counts (errors), as harness/metric_registry.py declares.
+Objectives and constraints may name either.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-SUMMED = ("errors", "requests", "error_count")
+from harness.metric_registry import aggregate_of
 
 
 def split_name(key: str) -> tuple[str, str | None, str] | None:
@@ -36,7 +36,7 @@ def add_curve_summaries(metrics: dict[str, float]) -> None:
         if parts and parts[1] is not None and value is not None:
             groups[(parts[0], parts[2])].append(float(value))
     for (base, metric), values in groups.items():
-        if metric.endswith(SUMMED) or metric in SUMMED:
+        if aggregate_of(metric) == "sum":
             metrics[f"{base}.{metric}"] = sum(values)
         elif values and all(v > 0 for v in values):
             metrics[f"{base}.{metric}"] = math.exp(sum(math.log(v) for v in values) / len(values))

@@ -27,6 +27,8 @@ from xml.etree import ElementTree as ET
 import numpy as np
 from scipy import stats as sps
 
+from harness.metric_registry import direction_of
+
 Verdict = Literal["regressed", "improved", "unchanged", "inconclusive"]
 ClaimVerdict = Literal["reproduced", "contradicted", "undecided"]
 Direction = Literal["higher", "lower"]
@@ -40,14 +42,9 @@ EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE = 0, 1, 2
 
 
 def metric_direction(name: str) -> Direction:
-    """Which way is better, from the metric's name: rates and scores up, times and errors down."""
-    leaf = name.rsplit(".", 1)[-1]
-    if leaf.endswith(("tok_s", "req_s", "steps_s", "score", "hit_rate", "acceptance_rate",
-                      "acceptance_length")):
-        return "higher"
-    if leaf.endswith("_s") or leaf in ("errors", "preemptions"):
-        return "lower"
-    raise ValueError(f"cannot tell whether higher or lower is better for metric {name!r}")
+    """Which way is better, as harness/metric_registry.py declares it (rates and scores up, times,
+    errors and distances down); ValueError for a metric without a direction."""
+    return direction_of(name)
 
 
 def _clean(values: Sequence[float]) -> np.ndarray:
@@ -374,6 +371,8 @@ class GateReport:
     claims: list[ClaimResult] = field(default_factory=list)
     log_diff: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # the comparison itself failed (start, crash)
+    # A side that did not start: side, round, command, cause, line (the deciding log line), log.
+    failed_sides: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def quality_regressed(self) -> bool:
@@ -396,19 +395,55 @@ class GateReport:
             return "inconclusive" if not self.errors else "error"
         return "pass"
 
+    @property
+    def claims_outcome(self) -> ClaimVerdict | None:
+        """The claims taken together: one contradicted claim contradicts, one undecided leaves it open."""
+        if not self.claims:
+            return None
+        verdicts = {c.verdict for c in self.claims}
+        return "contradicted" if "contradicted" in verdicts else "undecided" if "undecided" in verdicts \
+            else "reproduced"
+
     def exit_code(self) -> int:
+        """With claims (and a comparison that ran), the claims decide; otherwise the gated verdicts."""
+        if self.claims and not self.errors:
+            return {"contradicted": EXIT_REGRESSION, "undecided": EXIT_INCONCLUSIVE}.get(
+                self.claims_outcome or "", EXIT_PASS)
         return {"pass": EXIT_PASS, "regression": EXIT_REGRESSION}.get(self.outcome, EXIT_INCONCLUSIVE)
+
+    def headline(self) -> str:
+        """The outcome that sets the exit code first, the gate's result beside it: a CI reader who sees
+        only this line knows why the job is green or red."""
+        code = self.exit_code()
+        if self.failed_sides:
+            sides = ", ".join(f"{f['side']} ({f['cause']})" for f in self.failed_sides)
+            return f"**ERROR: {sides} FAILED TO START** (exit {code})"
+        gate = {"pass": "PASS, no regression", "regression": "REGRESSION", "inconclusive": "INCONCLUSIVE",
+                "error": "ERROR"}[self.outcome]
+        what = [v.metric for v in self.regressed] + (["quality score"] if self.quality_regressed else [])
+        if what:
+            gate += f" ({', '.join(what)})"
+        if self.claims and not self.errors:
+            return f"**CLAIM {(self.claims_outcome or '').upper()}** (exit {code}); gate: {gate}"
+        return f"**{gate}** (exit {code})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "a": self.label_a, "b": self.label_b, "outcome": self.outcome,
+                "claims_outcome": self.claims_outcome, "headline": self.headline().replace("**", ""),
                 "exit_code": self.exit_code(), "verdicts": [v.to_dict() for v in self.verdicts],
                 "fingerprint_differences": self.fingerprint_differences, "quality": self.quality,
                 "notes": self.notes, "claims": [c.to_dict() for c in self.claims], "log_diff": self.log_diff,
-                "errors": self.errors}
+                "errors": self.errors, "failed_sides": self.failed_sides}
 
     def markdown(self) -> str:
-        lines = [f"## {self.title}: **{self.outcome.upper()}**", "",
+        lines = [f"## {self.title}: {self.headline()}", "",
                  f"A = `{self.label_a}`  ", f"B = `{self.label_b}`", ""]
+        for f in self.failed_sides:
+            lines += [f"**{f['side']} failed to start** (round {f.get('round', '?')}): cause `{f['cause']}`",
+                      f"- command: `{f['command']}`", f"- log says: `{f['line']}`"]
+            if f.get("log"):
+                lines.append(f"- log: {f['log']}")
+            lines.append("")
         for e in self.errors:
             lines.append(f"- :x: error: {e}")
         if self.fingerprint_differences:
@@ -472,6 +507,17 @@ class GateReport:
                 ET.SubElement(case, "failure", message=f"quality score {self.quality.get('score_a')} -> "
                                                        f"{self.quality.get('score_b')}")
                 failures += 1
+        for c in self.claims:
+            case = ET.SubElement(suite, "testcase", classname="flagsearch.claim", name=c.claim.text)
+            cases += 1
+            if c.verdict == "contradicted":
+                ET.SubElement(case, "failure", message=c.explanation)
+                failures += 1
+            elif c.verdict == "undecided":
+                ET.SubElement(case, "skipped", message=c.explanation)
+                skipped += 1
+            else:
+                ET.SubElement(case, "system-out").text = c.explanation
         for e in self.errors:
             case = ET.SubElement(suite, "testcase", classname="flagsearch.regress", name="run")
             ET.SubElement(case, "error", message=e)

@@ -31,7 +31,7 @@ def test_direction_from_metric_names() -> None:
     assert metric_direction("quality.score") == "higher"
     assert metric_direction("single.ttft_p50_s") == "lower"
     assert metric_direction("single.errors") == "lower"
-    with pytest.raises(ValueError, match="higher or lower"):
+    with pytest.raises(ValueError, match="descriptive"):
         metric_direction("single.requests")
 
 
