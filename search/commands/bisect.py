@@ -31,9 +31,10 @@ import yaml
 from rich.console import Console
 
 from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
+from harness.session import MeasureSettings
 from search.ab import run_interleaved, subject_from
 from search.baseline import parse_assignments
-from search.commands.regress import Source, _measure_settings, _progress, resolve_source
+from search.commands.regress import Source, _progress, resolve_source
 from search.gate import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -167,8 +168,12 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     workloads = [w for w in src.space.workload_specs(dict(a.request)) if workload is None or w.name == workload]
     logs = work / f"probe-{probe.good}-{probe.build}-r{probe.rounds + 1}"
     logs.mkdir(parents=True, exist_ok=True)
-    run = run_interleaved(a, b, workloads, _measure_settings(src.space, args.repeats), extra_rounds, logs,
-                          None, restart=True, progress=_progress(args.quiet))
+    m = src.space.m.measure
+    # The space's own measurement policy (how many warmups at most, stalls): a probe is many runs.
+    settings = MeasureSettings(repeats=args.repeats or m.repeats, warmup=m.warmup,
+                               request_timeout_s=m.request_timeout_s, policy=m.policy(metric.rsplit(".", 1)[-1]))
+    run = run_interleaved(a, b, workloads, settings, extra_rounds, logs,
+                          None, restart=not args.keep_servers, progress=_progress(args.quiet))
     probe.samples_a += run.a.samples.get(metric, [])
     probe.samples_b += run.b.samples.get(metric, [])
     probe.rounds += run.rounds_done
@@ -190,6 +195,7 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
 
 def _state_key(specs: list[BuildSpec], src_text: str, metric: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"source": src_text, "metric": metric, "builds": [asdict(s) for s in specs],
+            "keep_servers": bool(args.keep_servers),
             "min_effect": args.min_effect, "alpha": args.alpha, "rounds": args.rounds, "max_rounds": args.max_rounds}
 
 
@@ -305,6 +311,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                               "p < alpha, 5 at alpha 0.02)")
     p.add_argument("--max-rounds", type=int, help="cap on rounds per side for an inconclusive probe "
                                                   "(default 3x --rounds)")
+    p.add_argument("--keep-servers", action="store_true",
+                   help="start each side once per probe and alternate runs (for engines that take minutes to "
+                        "start; a per-server session effect then counts as change)")
     p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that counts (default {DEFAULT_MIN_EFFECT})")
