@@ -34,6 +34,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.client import server_client
+from harness.engines import get_engine
 from harness.files import load_json, parse_yaml
 
 EPS = 1e-10
@@ -166,14 +167,10 @@ class ReferenceStore:
 async def tokenize(client: httpx.AsyncClient, base_url: str, model_id: str, dialect: str, text: str,
                    timeout_s: float) -> list[int]:
     """Token ids of a prompt as the server's tokenizer (with its special tokens) sees it."""
-    shapes = {"vllm": {"model": model_id, "prompt": text, "add_special_tokens": True},
-              "sglang": {"model": model_id, "prompt": text},
-              "llamacpp": {"content": text, "add_special": True}}
-    order = [dialect] if dialect in shapes else ["vllm", "llamacpp"]
     last: Exception | None = None
-    for name in order:
+    for body in get_engine(dialect).tokenize_bodies(model_id, text):
         try:
-            resp = await client.post(base_url + "/tokenize", json=shapes[name], timeout=timeout_s)
+            resp = await client.post(base_url + "/tokenize", json=body, timeout=timeout_s)
             resp.raise_for_status()
             tokens = resp.json()["tokens"]
             return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
@@ -378,7 +375,7 @@ async def compare(base_url: str, model_id: str, dialect: str, reference: Referen
                           len(item.token_ids))
             forced: dict[int, Position] = {i: gen[i] for i in range(min(prefix + 1, len(gen)))}
             if prefix + 1 < len(item.token_ids):
-                if dialect == "vllm":
+                if get_engine(dialect).teacher_forcing == "prompt_logprobs":
                     forced.update(await _forced_positions_vllm(client, base_url, model_id, item, prefix + 1,
                                                                reference.top_k, timeout_s))
                     requests += 1

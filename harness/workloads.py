@@ -315,7 +315,7 @@ class _Builder:
         self.spec, self.engine, self.sizer, self.repeat = spec, engine, sizer, repeat
         self.extra = {**extra, **(engine.thinking_extras(spec.thinking) if spec.thinking is not None else {})}
         self.warnings: list[str] = []
-        self.sizing = _SIZING_NONCE if getattr(engine, "counts_by_request", False) else None
+        self.sizing = _SIZING_NONCE if engine.counts_by_request else None
         self.shared_seen: dict[str, int] = {}  # shared-context item -> requests built so far this run
 
     def _check(self, label: str, n: int, target: int, max_tokens: int) -> tuple[int, bool]:

@@ -216,7 +216,7 @@ _REJECTED_FLAG: list[re.Pattern[str]] = [
     # argparse: a value refused by a known flag (`argument --x/-y: invalid choice: 'v' (choose...)`).
     re.compile(r"error: argument (?P<flag>-[^\s:/]+)(?:/\S+)?: (?P<why>[^\n]*)"),
     # click/typer (`transformers serve`): an unknown option, or a value an option refused.
-    re.compile(r"No such option: (?P<flag>-[^\s.,]+)"),
+    re.compile(r"No such option:? '?(?P<flag>-[^\s.,']+)"),
     re.compile(r"Invalid value for '(?P<flag>-[^']+)'(?: / '[^']+')?: (?P<why>[^\n]*)"),
 ]
 
@@ -316,6 +316,18 @@ class Engine(ABC):
         count = int(body["count"]) if "count" in body else len(body["tokens"])
         limit = body.get("max_model_len")
         return TokenCount(count, int(limit) if limit else None)
+
+    # How teacher-forced logprobs of a reference answer are read (harness/reference.py): with
+    # `prompt_logprobs` on one completion request (vLLM), or by resuming generation token by token.
+    teacher_forcing: ClassVar[str] = "resume"
+    # True when prompt tokens are counted by sending the prompt (no tokenizer endpoint): workloads
+    # then size prompts under a separate nonce so that counting cannot warm the measured prefix.
+    counts_by_request: ClassVar[bool] = False
+
+    def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
+        """Request bodies for this server's /tokenize of raw text with its special tokens, tried in
+        order (an engine that is not sure of its server's shape lists several)."""
+        return [{"model": model_id, "prompt": text, "add_special_tokens": True}, {"content": text, "add_special": True}]
 
     def param_for_flag(self, flag: str, flags: Mapping[str, Any]) -> str | None:
         """Which of the launch's flags (by space param name) the engine's `flag` text is, e.g. a

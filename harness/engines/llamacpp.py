@@ -122,6 +122,9 @@ def _line_time(pattern: str, text: str) -> float | None:
 
 class LlamaCppEngine(Engine):
     dialect = "llamacpp"
+
+    def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
+        return [{"content": text, "add_special": True}]
     ready_path = "/health"  # refused, then 503 "Loading model", then 200
     # -c is the context of all slots together (-np of them); llama.cpp has no memory-share knob.
     memory_params = MemoryParams(context=("ctx_size",), kv_dtype=("cache_type_k",), max_seqs=("parallel",),
@@ -287,7 +290,8 @@ class LlamaCppEngine(Engine):
 
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # llama-server renders the GGUF's Jinja template (--jinja, on by default) and takes the same
-        # per-request chat_template_kwargs; the server-wide equivalent is --reasoning-budget 0 (off).
+        # per-request chat_template_kwargs (this version: tools/server/server-common.cpp reads
+        # body["chat_template_kwargs"] and its enable_thinking); server-wide: --reasoning-budget 0.
         return {"chat_template_kwargs": {"enable_thinking": on}}
 
 

@@ -61,6 +61,9 @@ _NUM = r"([\d.]+)"
 
 class SglangEngine(Engine):
     dialect = "sglang"
+
+    def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
+        return [{"model": model_id, "prompt": text}]
     # Tokens are counted by sending the prompt (no tokenizer endpoint): workloads size prompts under a
     # separate nonce so the counting request cannot warm the prefix cache for the measured one.
     counts_by_request = True

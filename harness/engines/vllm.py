@@ -94,6 +94,10 @@ def _num(text: str) -> float:
 
 class VllmEngine(Engine):
     dialect = "vllm"
+    teacher_forcing = "prompt_logprobs"  # one completion request with prompt_logprobs reads them all
+
+    def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
+        return [{"model": model_id, "prompt": text, "add_special_tokens": True}]
     ready_path = "/health"
     metric_names = MetricNames(
         generation_tokens="vllm:generation_tokens_total",
