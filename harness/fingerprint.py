@@ -2,7 +2,7 @@
 
 Comparisons of measurements whose fingerprints differ in a material field are refused (or,
 when the caller forces them, loudly flagged): a prebuilt wheel that silently pulled CPU torch
-is the classic trap (shared DOMAIN.md, trap 5). torch and `torch.version.cuda` are read from the
+is the classic trap (docs/domain.md, trap 5). torch and `torch.version.cuda` are read from the
 ENGINE's own interpreter, never from ours.
 """
 

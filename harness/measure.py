@@ -1,6 +1,6 @@
 """Warm up, run each workload N times, keep every request and counter delta, summarize.
 
-Every number here has a precise name (shared DOMAIN.md, trap 1: steps/s is not tok/s):
+Every number here has a precise name (docs/domain.md, trap 1: steps/s is not tok/s):
 - output_tok_s: output tokens (from `usage`) of all successful requests / wall time of the run
   (effective aggregate throughput: what users get);
 - stream_tok_s: median over requests of output_tokens / e2e (effective per-stream speed, TTFT in);
@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from harness import metrics as prom
-from harness.client import RequestResult, stream_chat
+from harness.client import RequestResult, server_client, stream_chat
 from harness.engines.base import Engine, FeatureExpectation
 from harness.roofline import Roofline
 from harness.stats import Stat, log_mean_rel_halfwidth, percentile, summarize
@@ -142,7 +142,18 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
         m["decode_tok_s"] = percentile(decode, 50) or 0.0
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     _quantiles(m, "ttft", ttfts)
-    _quantiles(m, f"ttft_{ttft_kind}", ttfts)
+    # Per-request kinds (a shared context: its first request cold, the rest warm) beat the workload's.
+    for kind in ("cold", "warm"):
+        _quantiles(m, f"ttft_{kind}", [r.ttft_s for r in ok if r.ttft_s is not None
+                                       and (r.ttft_kind or ttft_kind) == kind])
+    # Prefill speed: prompt tokens the server computed (cached ones excluded where it says) / TTFT.
+    prefill = [(r.prompt_tokens - (r.cached_prompt_tokens or 0)) / r.ttft_s for r in ok
+               if r.prompt_tokens and r.ttft_s]
+    if prefill:
+        m["prefill_tok_s"] = percentile(prefill, 50) or 0.0
+    cached = [r.cached_prompt_tokens for r in ok if r.cached_prompt_tokens is not None]
+    if cached and m["prompt_tokens"]:
+        m["cached_prompt_frac"] = sum(cached) / m["prompt_tokens"]
     _quantiles(m, "tpot", [t for r in ok if (t := r.tpot_s) is not None])
     _quantiles(m, "e2e", [r.e2e_s for r in ok])
     _quantiles(m, "itl", [g for r in ok for g in r.chunk_gaps_s])
@@ -165,6 +176,10 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
                      if r.server_timings and r.server_timings.get("predicted_per_second")]
     if engine_decode:
         m["engine_decode_tok_s"] = percentile(engine_decode, 50) or 0.0
+    engine_prefill = [r.server_timings["prompt_per_second"] for r in ok
+                      if r.server_timings and r.server_timings.get("prompt_per_second")]
+    if engine_prefill:
+        m["engine_prefill_tok_s"] = percentile(engine_prefill, 50) or 0.0
 
     if server.get("generation_tokens") is not None and out_tokens:
         m["server_generation_tokens"] = server["generation_tokens"]
@@ -186,22 +201,28 @@ async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_
     async def send(req: PreparedRequest) -> RequestResult:
         result = await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
         result.sized_prompt_tokens = req.prompt_tokens if req.prompt_tokens >= 0 else None
+        result.ttft_kind = req.ttft_kind
         return result
 
     start = time.monotonic()
+    # Lead requests (a shared context's first, cold request) run alone, before everything else.
+    results = [await send(req) for req in prepared.lead]
+    rest = [r for s in prepared.streams for r in s]
     if prepared.arrival_offsets_s is not None:
+        t0 = time.monotonic()
+
         async def delayed(offset: float, req: PreparedRequest) -> RequestResult:
-            await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
+            await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
             return await send(req)
 
-        results = list(await asyncio.gather(*(delayed(o, r) for o, r in
-                                              zip(prepared.arrival_offsets_s, prepared.requests, strict=True))))
+        results += await asyncio.gather(*(delayed(o, r) for o, r in zip(prepared.arrival_offsets_s, rest,
+                                                                        strict=True)))
     else:
         async def run_stream(stream: list[PreparedRequest]) -> list[RequestResult]:
             return [await send(req) for req in stream]
 
         per_stream = await asyncio.gather(*(run_stream(s) for s in prepared.streams))
-        results = [r for stream in per_stream for r in stream]
+        results += [r for stream in per_stream for r in stream]
     return results, time.monotonic() - start
 
 
@@ -259,7 +280,7 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
     if spec.warm and not warmup:
         warnings.append("warm TTFT without a warmup run: the first repeat primes the cache and reads cold")
     t0 = time.monotonic()
-    async with httpx.AsyncClient(limits=limits) as client:
+    async with server_client(limits=limits) as client:
         sizer = Sizer(engine, client, base_url, model_id)
         context_limit = None
 

@@ -2,7 +2,7 @@
 
 Decode is memory-bound: each engine step reads the active weights once, so one stream cannot
 take more than `bandwidth / bytes_per_step` steps per second. A result at 80% of that tells the
-user to stop tuning flags; one at 20% says there is room (shared DOMAIN.md, "Hardware").
+user to stop tuning flags; one at 20% says there is room (docs/domain.md, "The example hardware and the roofline").
 
 `bytes_per_token` is the bytes read per decode step: stated in the space (model attrs
 `bytes_per_token_gb`), or active parameters x bytes per weight, or (dense models) the checkpoint

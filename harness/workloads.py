@@ -1,7 +1,7 @@
 """Workloads: named prompt items and concurrency profiles (data in data/workloads.yaml), turned
 into concrete chat requests whose prompt length is counted by the server's own tokenizer.
 
-Traps this module exists to avoid (shared DOMAIN.md, "Measurement traps"):
+Traps this module exists to avoid (docs/domain.md, "Measurement traps"):
 - chars/4 prompt sizing (off by 1.14x): every long prompt is sized EXACTLY with the server's
   tokenizer and chat template (`Engine.count_tokens`), by search over a deterministic filler;
 - prefix-cache flattery: by default every request gets its own nonce *first* and its own filler,
