@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness import builds
-from harness.builds import BuildError, ensure_build, list_builds, parse_build, pinned_text, prune_builds
+from harness.build_cache import list_builds, prune_builds
+from harness.builds import BuildError, ensure_build, parse_build, pinned_text
 
 BACKEND = '''
 """A minimal in-tree PEP 517 backend: a pure-Python wheel of one module, no dependencies."""

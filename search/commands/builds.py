@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.builds import builds_dir, describe, ensure_build, list_builds, parse_build, prune_builds
+from harness.build_cache import list_builds, prune_builds
+from harness.builds import builds_dir, describe, ensure_build, parse_build
 from search.commands.regress import _progress
 
 
