@@ -228,6 +228,15 @@ def load_json(path: str | Path, max_bytes: int = MAX_JSON_BYTES, max_depth: int 
     return parse_json(read_text(path, max_bytes), str(path), max_depth)
 
 
+def load_jsonl(path: str | Path, max_bytes: int = MAX_JSON_BYTES, max_depth: int = MAX_DEPTH) -> list[Any]:
+    """One JSON value a line (history files); an error names the file and the line."""
+    rows = []
+    for n, line in enumerate(read_text(path, max_bytes).splitlines(), 1):
+        if line.strip():
+            rows.append(parse_json(line, f"{path}:{n}", max_depth))
+    return rows
+
+
 def _number_reason(exc: Exception) -> str:
     text = str(exc)
     return "a number with more digits than Python converts (4300)" if "digits" in text else text

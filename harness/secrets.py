@@ -138,10 +138,13 @@ def argv_secrets(argv: Iterable[str]) -> list[str]:
 
 def doc_secrets(node: Any, key: str = "") -> list[str]:
     """Literal secrets in a space document: text values under secret-named keys (at any depth), and
-    the values after secret-named flags in command lists. Numbers are not taken (a model's
+    the values after secret-named flags in command lists, and the `value` of a secret-named
+    parameter. Numbers are not taken (a model's
     `kv_bytes_per_token` is a size, not a token)."""
     out: list[str] = []
     if isinstance(node, dict):
+        if key and is_secret_name(key) and isinstance(node.get("value"), str):
+            out.append(node["value"])  # a secret-named `fixed` parameter: params.api_key.value
         for k, v in node.items():
             out += doc_secrets(v, str(k))
     elif isinstance(node, list):

@@ -28,7 +28,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from search.results import ResultsError, TrialRecord, read_json
+from search.results import ResultsError, TrialRecord, read_json, scrub_text
 from search.space import REQUEST_SIDE
 from search.summary import StudyView, load_view
 
@@ -870,6 +870,6 @@ def render_html(inp: ReportInput) -> str:
 def write_html(inp: ReportInput, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_html(inp), encoding="utf-8")
+    tmp.write_text(scrub_text(render_html(inp)), encoding="utf-8")  # defence in depth: records are scrubbed
     tmp.replace(path)
     return path

@@ -41,7 +41,7 @@ from search.gate import (
     judge_claim,
     parse_claim,
 )
-from search.results import ResultsError, write_json_atomic
+from search.results import ResultsError, write_json_atomic, write_text_atomic
 from search.space import Config, Space
 
 err = Console(stderr=True, highlight=False)
@@ -100,8 +100,8 @@ def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) 
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report.markdown())
-    (out / "junit.xml").write_text(report.junit_xml())
+    write_text_atomic(out / "report.md", report.markdown())  # scrubbed of secrets, like the JSON
+    write_text_atomic(out / "junit.xml", report.junit_xml())
     write_json_atomic(out / "report.json", {**report.to_dict(), **extra})
     err.print(f"wrote {out / 'report.md'}, {out / 'junit.xml'}, {out / 'report.json'}")
 
