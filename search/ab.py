@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -97,6 +98,8 @@ class SideResult:
     warnings: list[str] = field(default_factory=list)
     placebo: list[str] = field(default_factory=list)
     log_paths: list[str] = field(default_factory=list)
+    # Set when the side did not start: side, round, command, cause, line (the deciding log line), log.
+    failure: dict[str, Any] | None = None
 
     def add(self, metric: str, value: float | None) -> None:
         if value is not None and not (isinstance(value, float) and math.isnan(value)):
@@ -199,7 +202,11 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
             server = start_config(subject.settings, subject.model, subject.flags, subject.env,
                                   free_port(subject.settings.host), log_path, progress, fp_cache)
         except LaunchFailed as exc:
-            return f"{key} ({subject.label}) did not start in round {rnd + 1}: {exc.cause}: {exc.detail}"
+            line = deciding_line(exc)
+            result.command = result.command or exc.command
+            result.failure = {"side": key, "round": rnd + 1, "command": exc.command, "cause": exc.cause,
+                              "line": line, "log": str(log_path)}
+            return f"{key} did not start in round {rnd + 1}: {exc.cause}: {line}"
         running[key] = server
         result.log_paths.append(str(log_path))
         result.add("startup.ready_s", server.ready_s)
@@ -257,6 +264,15 @@ def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: Meas
     return result
 
 
+def deciding_line(exc: LaunchFailed) -> str:
+    """The log line that says why a start failed: the engine's classified line, else the last log line
+    that reads like an error (the launcher's own detail, e.g. "exited with status 1", says nothing)."""
+    if exc.cause not in ("exited", "timeout"):
+        return exc.detail
+    errors = [ln.strip() for ln in exc.log_tail if re.search(r"\berror\b|^\S+ E |fatal|failed", ln, re.I)]
+    return f"{errors[0]} ({exc.detail})" if errors else exc.detail
+
+
 # Reported next to the gated metrics (never decide the exit code unless asked for with --metric).
 REPORTED = ("output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s")
 
@@ -277,9 +293,15 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                 verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=alpha, confidence=confidence))
             continue
         verdicts.append(verdict_for(run, metric, min_effect, alpha, looks, gated=is_gated, confidence=confidence))
+    # A side that never started has no startup log or fingerprint: comparing against its empty ones
+    # would list every field as a difference.
+    both_started = bool(run.a.fingerprint) and bool(run.b.fingerprint)
     report = GateReport(title=title, label_a=run.a.command or run.a.label, label_b=run.b.command or run.b.label,
-                        verdicts=verdicts, errors=list(run.errors), log_diff=log_diff(run.a, run.b))
-    report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
+                        verdicts=verdicts, errors=list(run.errors),
+                        log_diff=log_diff(run.a, run.b) if both_started else [],
+                        failed_sides=[s.failure for s in (run.a, run.b) if s.failure])
+    if both_started:
+        report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
     if run.a.quality is not None and run.b.quality is not None:
         failed_a = {c["name"] for c in run.a.quality.get("checks", []) if not c.get("passed")}
         failed_b = {c["name"] for c in run.b.quality.get("checks", []) if not c.get("passed")}

@@ -29,12 +29,11 @@ from search.baseline import (
     raw_space_doc,
     save_baseline,
 )
+from search.explain import explain_claim, subject_changes
 from search.gate import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
     EXIT_INCONCLUSIVE,
-    EXIT_PASS,
-    EXIT_REGRESSION,
     GateReport,
     compare,
     hardware_here,
@@ -247,14 +246,13 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
 
 
-def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dict[str, Any],
-            code: int | None = None) -> int:
+def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dict[str, Any]) -> int:
     _write_outputs(report, Path(args.out) if args.out else None, {**extra, "run": run.to_dict()})
     if args.json:
         print(json.dumps(report.to_dict(), default=str))
     else:
         print(report.markdown())
-    return report.exit_code() if code is None else code
+    return report.exit_code()
 
 
 # ---- ab -----------------------------------------------------------------------------------------
@@ -292,21 +290,18 @@ def cmd_ab(args: argparse.Namespace) -> int:
     stamp(run.a.fingerprint, builds["a"])
     stamp(run.b.fingerprint, builds["b"])
     by_metric = {v.metric: v for v in report.verdicts}
-    for c in claims:
+    # A side that did not start leaves nothing to judge a claim on: the report says it failed.
+    for c in claims if not report.failed_sides else []:
         metric = _claim_metric(c.metric_leaf, workload_names, args.workload)
         if metric in by_metric:
             result = judge_claim(c, by_metric[metric], args.min_effect,
                                  here=hardware_here(run.b.fingerprint or run.a.fingerprint))
             report.claims.append(result)
-            if result.verdict == "contradicted" and any("same kernel/backend" in d for d in report.log_diff):
-                report.notes.append("why: the same kernel/backend path was selected in A and B, so the change "
-                                    "the claim relies on is likely not taking effect on this hardware")
-    code = report.exit_code()
-    if report.claims and not report.errors:
-        verdicts = {c.verdict for c in report.claims}
-        code = (EXIT_REGRESSION if "contradicted" in verdicts else
-                EXIT_INCONCLUSIVE if "undecided" in verdicts else EXIT_PASS)
-    return _finish(report, run, args, {"a": args.a, "b": args.b or args.a}, code)
+            why = explain_claim(result, run.a, run.b, subject_changes(side["a"], side["b"]))
+            if why:
+                report.notes.append(why)
+    # The claims set the exit code (GateReport.exit_code), and the headline says so.
+    return _finish(report, run, args, {"a": args.a, "b": args.b or args.a})
 
 
 def _claim_metric(leaf: str, workloads: list[str], chosen: str | None) -> str:
