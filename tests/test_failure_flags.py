@@ -35,6 +35,18 @@ def test_llamacpp_bad_value_capture_names_flag_value_and_param() -> None:
     assert LlamaCppEngine().param_for_flag(found.flag, {"threads": 2, "flash_attn": "maybe"}) == "flash_attn"
 
 
+@pytest.mark.parametrize(("log", "flag", "value", "param"), [
+    # real captures: the llama-server that `make setup` builds, SmolLM2 Q4_1
+    ("llamacpp_unknown_flag.log", "--no-such-flag", None, "no_such_flag"),
+    ("llamacpp_bad_cache_type.log", "--cache-type-k", "q9_0", "cache_type_k"),
+])
+def test_llamacpp_real_rejections(log: str, flag: str, value: str | None, param: str) -> None:
+    found = LlamaCppEngine().classify_failure((DATA / log).read_text())
+    assert found is not None and found.cause == "bad_flag", found
+    assert (found.flag, found.value) == (flag, value)
+    assert LlamaCppEngine().param_for_flag(found.flag, {param: value or 1}) == param
+
+
 def test_llamacpp_kv_block_not_dividing_head_size_names_the_cache_type() -> None:
     # llama.cpp src/llama-context.cpp, llama_init_from_model (the H100 run's failed B side); what
     # follows it in the log names the model, not the flag.
