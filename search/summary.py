@@ -20,10 +20,15 @@ class StudyView:
     baseline_number: int | None
     confirmation: dict[str, Any] | None = None  # search.confirm.Confirmation, as stored in the study
 
+    @staticmethod
+    def is_feasible(r: TrialRecord) -> bool:
+        """Measured (or a duplicate of a measured config) and within every constraint."""
+        return (r.state in ("complete", "duplicate") and r.objective_values is not None
+                and all(c <= 0 for c in r.constraint_values))
+
     @property
     def feasible(self) -> list[TrialRecord]:
-        return [r for r in self.records if r.state in ("complete", "duplicate") and r.objective_values is not None
-                and all(c <= 0 for c in r.constraint_values)]
+        return [r for r in self.records if self.is_feasible(r)]
 
     @property
     def baseline(self) -> TrialRecord | None:

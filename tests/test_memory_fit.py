@@ -7,8 +7,8 @@ from pathlib import Path
 import optuna
 
 from search.memory_fit import estimate
-from search.space import Config, Space, parse_space
 from search.sampler import is_failed
+from search.space import Config, Space, parse_space
 from search.study import StudyRunner, default_storage
 
 
