@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 import jsonschema
-import yaml
 
 from harness.client import chat_once
+from harness.files import load_yaml, parse_yaml
 from harness.sandbox import run_code_test
 
 KINDS = ("number", "choice", "contains", "regex", "json", "code", "tool", "needle")
@@ -103,7 +103,7 @@ def suites() -> dict[str, tuple[Check, ...]]:
     out: dict[str, tuple[Check, ...]] = {}
     for res in sorted(resources.files("harness").joinpath("data").iterdir(), key=lambda r: r.name):
         if res.name.startswith("quality") and res.name.endswith(".yaml"):
-            data = yaml.safe_load(res.read_text(encoding="utf-8")) or {}
+            data = parse_yaml(res.read_text(encoding="utf-8"), f"harness/data/{res.name}") or {}
             for suite, checks in (data.get("suites") or {}).items():
                 if suite in out:
                     raise ValueError(f"{res.name}: suite {suite!r} is defined twice")
@@ -123,13 +123,7 @@ def checks_for(suite: str) -> tuple[Check, ...]:
         if suite not in suites():
             raise ValueError(f"suite {suite!r} is not one of {sorted(suites())} (or a .yaml file of checks)")
         return suites()[suite]
-    path = Path(suite)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{suite}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{suite}: not valid YAML: {exc}") from None
+    data = load_yaml(Path(suite))  # bounded (harness.files); its InputError is a one-line ValueError
     if isinstance(data, dict) and isinstance(data.get("suites"), dict) and len(data["suites"]) == 1:
         data = next(iter(data["suites"].values()))
     return parse_checks(data, suite)

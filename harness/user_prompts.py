@@ -15,12 +15,13 @@ unless the workload says `warm: true`.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
+
+from harness.files import MAX_JSON_BYTES, parse_json, read_bytes, read_text
 
 Messages = list[dict[str, str]]
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
@@ -52,20 +53,17 @@ class PromptSource:
 
 
 def _load_json_lines(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, MAX_JSON_BYTES)  # bounded; not UTF-8 names the byte and line
     stripped = text.lstrip()
     if stripped.startswith("["):
-        data = json.loads(text)
+        data = parse_json(text, str(path))
         if not isinstance(data, list):
             raise ValueError(f"{path}: expected a JSON list")
         return data
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
+            out.append(parse_json(line, f"{path}:{n}"))
     return out
 
 
@@ -109,7 +107,7 @@ def _documents(folder: str) -> tuple[str, ...]:
     if not root.is_dir():
         raise ValueError(f"{folder}: not a folder of documents")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".txt", ".md") and p.is_file())
-    docs = tuple(t for p in files if (t := p.read_text(encoding="utf-8", errors="replace").strip()))
+    docs = tuple(t for p in files if (t := read_bytes(p, MAX_JSON_BYTES).decode("utf-8", errors="replace").strip()))
     if not docs:
         raise ValueError(f"{folder}: no non-empty .txt or .md files")
     return docs

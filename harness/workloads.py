@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from harness.engines.base import Engine, TokenCount
+from harness.files import parse_yaml
 from harness.user_prompts import PromptSource, document_filler, load_prompts, replay_offsets, with_nonce
 
 # Ordinary words (mostly one token each in BPE vocabularies); the filler is random text over them.
@@ -148,7 +148,7 @@ class PreparedWorkload:
 def catalogue() -> tuple[dict[str, Item], dict[str, tuple[str, ...]]]:
     """The shipped items and profiles (harness/data/workloads.yaml)."""
     text = resources.files("harness").joinpath("data/workloads.yaml").read_text()
-    return parse_catalogue(yaml.safe_load(text))
+    return parse_catalogue(parse_yaml(text, "harness/data/workloads.yaml"))
 
 
 def parse_catalogue(data: Any) -> tuple[dict[str, Item], dict[str, tuple[str, ...]]]:

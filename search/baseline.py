@@ -16,13 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import yaml
 
-from search.results import ResultsError, read_json, write_json_atomic
+from harness.files import InputError, load_yaml
+from search.results import ResultsError, format_version, read_json, write_json_atomic
 from search.space import Config, Space, SpaceError, load_space, parse_space
 from search.space import _default_value as default_value
 
-FORMAT = "flagsearch-baseline/1"
+# Versioned: a reader loads every earlier version (migrating it) and refuses a newer one by name.
+FORMAT_NAME = "flagsearch-baseline"
+FORMAT_VERSION = 1
+FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 # Per-run metrics worth keeping raw in a reviewed file (the rest are derivable or noise).
 KEPT_METRICS = ("output_tok_s", "stream_tok_s", "req_s", "ttft_p50_s", "ttft_p90_s", "ttft_cold_p50_s",
@@ -74,8 +77,9 @@ class Baseline:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> Baseline:
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ResultsError(f"{where}: not a baseline file (expected format {FORMAT!r})")
+        if not isinstance(data, dict):
+            raise ResultsError(f"{where}: not a baseline file (a JSON {type(data).__name__}, expected an object)")
+        format_version(data.get("format"), FORMAT_NAME, FORMAT_VERSION, where)  # 1 is the only version yet
         missing = [k for k in ("name", "config", "params", "samples") if k not in data]
         if missing:
             raise ResultsError(f"{where}: baseline lacks {', '.join(missing)}")
@@ -83,6 +87,17 @@ class Baseline:
         if not isinstance(samples, dict) or not all(
                 isinstance(v, list) and all(isinstance(x, (int, float)) for x in v) for v in samples.values()):
             raise ResultsError(f"{where}: `samples` must map metric names to lists of numbers")
+        problems = [f"`{k}` must be an object" for k in ("config", "params") if not isinstance(data[k], dict)]
+        if not isinstance(data["name"], str):
+            problems.append("`name` must be text")
+        if isinstance(data["params"], dict) and not all(isinstance(data["params"].get(k), str)
+                                                        for k in ("engine", "model")):
+            problems.append("`params` must name the engine and the model")
+        for key in ("fingerprint", "startup", "source", "gate"):
+            if not isinstance(data.get(key) or {}, dict):
+                problems.append(f"`{key}` must be an object")
+        if problems:
+            raise ResultsError(f"{where}: damaged baseline: {'; '.join(problems)}")
         return cls(name=data["name"], config=data["config"], params=data["params"],
                    samples={k: [float(x) for x in v] for k, v in samples.items()},
                    sample_unit=data.get("sample_unit", "repeat"), fingerprint=data.get("fingerprint") or {},
@@ -120,8 +135,12 @@ def load_baseline(path: str | Path) -> Baseline:
 def raw_space_doc(path: str | Path) -> dict[str, Any]:
     """The space file as written (before ${VAR} expansion), after checking that it is valid."""
     load_space(path)
-    doc = yaml.safe_load(Path(path).read_text())
-    assert isinstance(doc, dict)  # load_space checked it
+    try:
+        doc = load_yaml(path)
+    except InputError as exc:  # changed between the two reads
+        raise SpaceError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise SpaceError(f"{path}: the space must be a mapping of keys")
     return doc
 
 

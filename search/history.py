@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from harness import setup_paths
+from harness import secrets, setup_paths
+from harness.files import load_jsonl
+from search.results import ResultsError, format_version
 
 COLUMNS = ("time", "baseline", "source", "candidate", "build", "metric", "verdict", "outcome", "median_a",
            "median_b", "ratio", "ci_low", "ci_high", "p_value", "n_a", "n_b", "loadavg_1m", "host")
@@ -59,6 +61,12 @@ def rows_from_report(report: dict[str, Any], baseline: str, source: str, candida
     return rows
 
 
+# Each row carries its format ("name/N"); rows without one are version 1 (none were written
+# before the format was versioned). A reader loads every earlier version and refuses newer rows.
+FORMAT_NAME = "flagsearch-history"
+FORMAT_VERSION = 1
+
+
 def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
@@ -69,7 +77,8 @@ def append(rows: Sequence[dict[str, Any]], baseline: str, directory: Path | None
     with path.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         for row in rows:
-            fh.write(json.dumps({k: _finite(row.get(k)) for k in COLUMNS}, default=str) + "\n")
+            clean = secrets.scrub({k: _finite(row.get(k)) for k in COLUMNS})  # a build's env may hold a token
+            fh.write(json.dumps({"format": f"{FORMAT_NAME}/{FORMAT_VERSION}", **clean}, default=str) + "\n")
         fh.flush()
         fcntl.flock(fh, fcntl.LOCK_UN)
     return path
@@ -80,12 +89,14 @@ def load(baseline: str, directory: Path | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                raise ValueError(f"{path}:{n}: not a JSON line") from None
+    for n, row in enumerate(load_jsonl(path), 1):  # bounded; a bad line names the file and line
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n}: expected a JSON object a line")
+        try:
+            format_version(row.pop("format", None), FORMAT_NAME, FORMAT_VERSION, f"{path}:{n}", missing=1)
+        except ResultsError as exc:
+            raise ValueError(str(exc)) from None
+        rows.append(row)
     return rows
 
 

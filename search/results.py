@@ -43,6 +43,27 @@ class TrialState(StrEnum):
 STATES = tuple(s.value for s in TrialState)
 
 
+# Stored formats carry a version ("name/N"); readers load every earlier version (migrating it)
+# and refuse a newer one by name. Trial records: 1 = written before records were versioned (no
+# `format` key; read as is: every field added since has a default); 2 = with `format`.
+RECORD_FORMAT = "flagsearch-trial/2"
+
+
+def format_version(value: object, name: str, current: int, where: str, missing: int | None = None) -> int:
+    """The N of a `name/N` format marker, checked against what this release reads."""
+    if value is None and missing is not None:
+        return missing
+    prefix = f"{name}/"
+    if not isinstance(value, str) or not value.startswith(prefix) or not value[len(prefix):].isdigit():
+        kind = name.removeprefix("flagsearch-")
+        raise ResultsError(f"{where}: not a {kind} file (format {value!r}; expected {prefix}N)")
+    version = int(value[len(prefix):])
+    if version > current:
+        raise ResultsError(f"{where}: written by a newer flagsearch ({value}); this one reads up to "
+                           f"{prefix}{current}: upgrade flagsearch")
+    return version
+
+
 class ResultsError(Exception):
     """A results or baseline file is missing, partial, corrupted or cannot be written."""
 
@@ -150,7 +171,7 @@ class TrialRecord:
 
     def summary(self) -> dict[str, Any]:
         """The compact part kept in the study storage (raw samples stay in the JSON file), scrubbed."""
-        out = asdict(self)
+        out = {"format": RECORD_FORMAT, **asdict(self)}
         out.pop("workloads")
         return scrub(out)
 
@@ -159,6 +180,7 @@ class TrialRecord:
         if not isinstance(data, dict):
             raise ResultsError(f"trial record is a {type(data).__name__}, expected an object")
         data = dict(data)
+        format_version(data.pop("format", None), "flagsearch-trial", 2, "trial record", missing=1)
         failure = data.pop("failure", None)
         data.setdefault("workloads", {})
         try:

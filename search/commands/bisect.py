@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
+from harness.files import load_yaml
 from harness.session import MeasureSettings
 from search.ab import run_interleaved, subject_from
 from search.baseline import parse_assignments
@@ -123,7 +123,7 @@ def next_step(n: int, probes: list[Probe], rounds: int, max_rounds: int) -> Step
 def builds_from_args(args: argparse.Namespace) -> list[BuildSpec]:
     specs: list[BuildSpec] = []
     if args.builds:
-        doc = yaml.safe_load(Path(args.builds).read_text())
+        doc = load_yaml(args.builds)  # bounded (harness.files); errors name the file
         entries = doc.get("builds") if isinstance(doc, dict) else doc
         if not isinstance(entries, list):
             raise ValueError(f"{args.builds}: expected a list of builds (or a mapping with `builds:`)")
