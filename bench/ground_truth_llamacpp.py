@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import setup_paths
 from harness.session import LaunchFailed, MeasureSettings, measure_running, start_config
+from harness.steady import MeasurePolicy
 from search.space import Config, Space, parse_space
 from search.study import free_port
 
@@ -47,7 +48,11 @@ LAUNCH: dict[str, list[Any]] = {
 CONCURRENCY = [1, 2, 4]
 FIXED_ARGS = {"ctx_size": 4096, "batch_size": 2048}
 COLUMNS = [*LAUNCH, "concurrency", "start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s",
-           "stream_tok_s", "errors", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at"]
+           "stream_tok_s", "errors", "excluded", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at"]
+# The harness's measurement policy (harness/steady.py), kept short for a 144-config table: at most
+# 2 warmup runs to a steady state and 1 re-measurement of a stalled run per load level. Excluded
+# (stalled) runs are kept in the CSV with excluded=1; the replay leaves them out, as the harness does.
+POLICY = MeasurePolicy(max_warmups=2, max_remeasure=1)
 
 
 def space_doc(max_tokens: int) -> dict[str, Any]:
@@ -101,7 +106,7 @@ def now() -> str:
 
 
 def measure_config(space: Space, values: dict[str, Any], start: int, repeats: int, max_tokens: int,
-                   log_dir: Path) -> list[dict[str, Any]]:
+                   log_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
     config = Config(engine="llamacpp", model="smollm2", values=values)
     flags, env, _ = space.split(config)
     settings = space.engine_settings("llamacpp")
@@ -118,7 +123,7 @@ def measure_config(space: Space, values: dict[str, Any], start: int, repeats: in
         for i, concurrency in enumerate(CONCURRENCY):
             specs = space.workload_specs({"concurrency": concurrency})
             # One warmup per start (the first level): later levels run on a warm server.
-            results = measure_running(running, specs, MeasureSettings(repeats, i == 0, 60.0))
+            results = measure_running(running, specs, MeasureSettings(repeats, i == 0, timeout_s, POLICY))
             one, five = load()
             wm = results.get("w")
             if wm is None or not running.alive():
@@ -132,7 +137,8 @@ def measure_config(space: Space, values: dict[str, Any], start: int, repeats: in
                              "output_tok_s": round(m["output_tok_s"], 3),
                              "ttft_p50_s": round(m["ttft_p50_s"], 4) if "ttft_p50_s" in m else "",
                              "stream_tok_s": round(m["stream_tok_s"], 3) if "stream_tok_s" in m else "",
-                             "errors": int(m.get("errors", 0)), "ready_s": round(running.ready_s, 3),
+                             "errors": int(m.get("errors", 0)), "excluded": int(sample.excluded),
+                             "ready_s": round(running.ready_s, 3),
                              "loadavg_1m": one, "loadavg_5m": five, "measured_at": now()})
     finally:
         running.stop()
@@ -145,7 +151,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=18.0, help="stop starting new configs after this")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--starts", type=int, default=1, help="fresh starts per config")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
     parser.add_argument("--seed", type=int, default=0, help="order of the configs")
     parser.add_argument("--limit", type=int, default=None, help="measure at most this many configs")
     args = parser.parse_args()
@@ -169,13 +176,13 @@ def main() -> None:
             t0 = time.monotonic()
             rows: list[dict[str, Any]] = []
             for start in range(args.starts):
-                rows += measure_config(space, values, start, args.repeats, args.max_tokens, Path(tmp))
+                rows += measure_config(space, values, start, args.repeats, args.max_tokens, Path(tmp), args.timeout)
                 if rows and rows[-1]["status"] == "failed":
                     break
             writer.writerows(rows)  # a config's rows are written together: a cut run leaves no half config
             f.flush()
             measured += 1
-            best = max((float(r["output_tok_s"]) for r in rows if r.get("output_tok_s") != ""), default=0.0)
+            best = max((float(r["output_tok_s"]) for r in rows if r.get("output_tok_s", "") != ""), default=0.0)
             print(f"{' '.join(f'{k}={v}' for k, v in values.items())}: {rows[-1]['status']}"
                   f" best {best:.1f} tok/s, {time.monotonic() - t0:.0f} s, load {load()[0]}", flush=True)
     print(f"measured {measured} configs; {len(todo) - measured} left", flush=True)

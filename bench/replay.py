@@ -46,7 +46,7 @@ from search.stopping import study_should_stop
 
 MEASURE_COLUMNS = {"concurrency", "start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s",
                    "stream_tok_s", "errors", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at",
-                   "tok_s", "ttft_s", "load", "card", "host", "notes", "wall_s"}
+                   "tok_s", "ttft_s", "load", "card", "host", "notes", "wall_s", "excluded"}
 Config = tuple[Any, ...]
 
 
@@ -107,7 +107,7 @@ def load_table(path: Path, metric: str = "output_tok_s", concurrency: str = "con
         if row.get("status") == "failed":
             failed.add(config)
             continue
-        if row.get(metric) in (None, ""):
+        if row.get(metric) in (None, "") or row.get("excluded") == "1":  # a stalled run the harness re-measured
             continue
         level = int(row[concurrency])
         samples.setdefault(config, {}).setdefault(level, []).append(float(row[metric]))
