@@ -48,7 +48,14 @@ from harness.stats import clopper_pearson, clopper_pearson_upper, variance_compo
 from search.ab import Subject, subject_from  # noqa: E402
 from search.baseline import pinned_space  # noqa: E402
 from search.results import write_json_atomic  # noqa: E402
-from search.sequential import compare_errors, compare_quality, compare_starts, settled  # noqa: E402
+from search.sequential import (  # noqa: E402
+    compare_errors,
+    compare_quality,
+    compare_starts,
+    sequential_p_threshold,
+    settled,
+    starts_needed,
+)
 from search.study import free_port  # noqa: E402
 
 METRIC = "output_tok_s"
@@ -78,7 +85,8 @@ def arms(max_tokens: int) -> dict[str, Subject]:
     return out
 
 
-def measure_start(running: RunningConfig, max_tokens: int, runs: int, quality: bool) -> dict[str, Any]:
+def measure_start(running: RunningConfig, max_tokens: int, runs: int, quality: bool,
+                  max_warmups: int) -> dict[str, Any]:
     space, _ = pinned_space(space_doc(max_tokens), {"engine": "llamacpp", "model": "smollm2-135m-q4_1",
                                                     "threads": 1}, "calibration")
     spec = space.workload_specs()[0]
@@ -89,7 +97,8 @@ def measure_start(running: RunningConfig, max_tokens: int, runs: int, quality: b
         async with httpx.AsyncClient() as client:
             model_id = await served_model_id(client, running.base_url)
         wm = await measure_workload(running.engine, running.base_url, model_id, spec, runs, True, 120.0, [],
-                                    lambda _: None, policy=MeasurePolicy(metric=METRIC), alive=running.alive)
+                                    lambda _: None, policy=MeasurePolicy(metric=METRIC, max_warmups=max_warmups),
+                                    alive=running.alive)
         out: dict[str, Any] = {
             "runs": [s.metrics.get(METRIC) for s in wm.counted],
             "excluded": [{"value": s.metrics.get(METRIC), "flags": s.flags} for s in wm.samples if s.excluded],
@@ -104,14 +113,16 @@ def measure_start(running: RunningConfig, max_tokens: int, runs: int, quality: b
 
 
 def measure(out: Path, minutes: float, max_rounds: int, max_tokens: int, runs: int, chosen: list[str],
-            quality_arms: list[str]) -> None:
+            quality_arms: list[str], quality_rounds: int, max_warmups: int) -> None:
     subjects = {k: v for k, v in arms(max_tokens).items() if k in chosen}
     data: dict[str, Any] = {"metric": METRIC, "max_tokens": max_tokens, "runs_per_start": runs,
+                            "max_warmups": max_warmups,
                             "arms": list(subjects), "throttles": THROTTLES, "starts": [],
                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "command": " ".join(sys.argv)}
     names, t0 = list(subjects), time.monotonic()
-    logs = out.parent / (out.stem + "-logs")
+    fp_cache: dict[str, dict[str, Any]] = {}  # the engine environment is fingerprinted once, not per start
+    logs = REPO / "results" / "calibration-logs" / out.stem  # server logs: not data to commit
     logs.mkdir(parents=True, exist_ok=True)
     for rnd in range(max_rounds):
         if time.monotonic() - t0 > minutes * 60:
@@ -124,14 +135,15 @@ def measure(out: Path, minutes: float, max_rounds: int, max_tokens: int, runs: i
             t_start = time.monotonic()
             try:
                 running = start_config(s.settings, s.model, s.flags, s.env, free_port(),
-                                       logs / f"{name}-{rnd:02d}.log")
+                                       logs / f"{name}-{rnd:02d}.log", fingerprint_cache=fp_cache)
             except LaunchFailed as exc:
                 row["failed"] = f"{exc.cause}: {exc.detail}"
                 data["starts"].append(row)
                 continue
             try:
                 row["ready_s"] = running.ready_s
-                row.update(measure_start(running, max_tokens, runs, name in quality_arms))
+                row.update(measure_start(running, max_tokens, runs, name in quality_arms and rnd < quality_rounds,
+                                         max_warmups))
             finally:
                 running.stop()
             row["seconds"] = round(time.monotonic() - t_start, 2)
@@ -222,6 +234,21 @@ def analyze(paths: list[Path], caps: list[int], runs_list: list[int]) -> str:
         secs = np.mean([r.get("seconds", 0) for r in rows.values()])
         lines.append(f"| {name} | {len(rows)} | {geo:.2f} | {change} | {100 * vc.sd_between:.1f}% | "
                      f"{100 * vc.sd_within:.1f}% | {excluded} | {secs:.1f} |")
+    vc = variance_components([r["runs"] for r in base.values()])
+    secs = float(np.mean([r.get("seconds", 0) for r in base.values()]))
+    run_s = data["max_tokens"] / math.exp(float(np.mean([np.mean(np.log(r["runs"])) for r in base.values()])))
+    overhead = max(0.0, secs - data["runs_per_start"] * run_s)  # start, warmups, stop: paid once per start
+    p_star = sequential_p_threshold(tuple(range(3, 21)))
+    lines += ["", f"What A's noise implies (start-to-start sd with R runs per start = sqrt(between^2 + "
+              f"within^2 / R); starts per side for 95% power, looks at 3..20, p < {p_star:.4f}; one "
+              f"start = {overhead:.0f} s + R x {run_s:.1f} s):", "",
+              "| runs/start R | sd of a start | 5% change | 10% change | 20% change |", "|---|---|---|---|---|"]
+    for r in (1, 3, 10):
+        sd = vc.sd_start_mean(r)
+        cost = overhead + r * run_s
+        cells = [f"{n} starts (~{2 * n * cost / 60:.0f} min)" if (n := starts_needed(sd, e, p_star)) else "-"
+                 for e in (0.05, 0.10, 0.20)]
+        lines.append(f"| {r} | {100 * sd:.1f}% | " + " | ".join(cells) + " |")
     lines += ["", "Sequential gate replayed on independent blocks (alpha 0.02 two-sided, min effect 3%):", "",
               "| comparison | cap (starts/side) | runs/start | reps | regressed | improved | unchanged | "
               "inconclusive | mean starts/side | mean min per rep |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -336,7 +363,9 @@ def main() -> int:
     m.add_argument("--max-tokens", type=int, default=32)
     m.add_argument("--runs", type=int, default=3, help="measured runs per start")
     m.add_argument("--arms", default="A,A2,T5,T10,T20")
-    m.add_argument("--quality-arms", default="", help="arms whose every start also runs the smoke suite")
+    m.add_argument("--quality-arms", default="", help="arms whose starts also run the smoke suite")
+    m.add_argument("--quality-rounds", type=int, default=1000, help="... in the first N rounds only")
+    m.add_argument("--max-warmups", type=int, default=4, help="steady-state warmup cap per start")
     a = sub.add_parser("analyze")
     a.add_argument("paths", nargs="+")
     a.add_argument("--caps", default="6,10")
@@ -356,7 +385,7 @@ def main() -> int:
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
     if args.cmd == "measure":
         measure(Path(args.out), args.minutes, args.max_rounds, args.max_tokens, args.runs, args.arms.split(","),
-                [x for x in args.quality_arms.split(",") if x])
+                [x for x in args.quality_arms.split(",") if x], args.quality_rounds, args.max_warmups)
         print(analyze([Path(args.out)], [6, 10], sorted({1, args.runs})))
     elif args.cmd == "analyze":
         print(analyze([Path(x) for x in args.paths], ints(args.caps), ints(args.runs)))

@@ -1,0 +1,94 @@
+"""A real llama-server frozen for 2 s in the middle of a measured run: the run is flagged, left out
+and measured again, so the stall sets no value (harness/steady.py).
+
+The server runs under bench/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
+wrapper SIGSTOPs llama-server for 2 s, what a compile, a cache fill or a frozen neighbour does. The
+signal is sent once the second measured run's request is in flight (the server's own
+requests_processing gauge says so), so the stall lands inside that run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import smollm2_gguf
+
+from harness import setup_paths
+from harness.engines import get_engine
+from harness.launch import LaunchSpec, get_launcher, wait_ready
+from harness.launch.process import ProcessServer
+from harness.measure import measure_workload
+from harness.workloads import WorkloadSpec
+from search.study import free_port
+
+pytestmark = pytest.mark.e2e
+
+THROTTLE = Path(__file__).resolve().parent.parent / "bench" / "throttle.py"
+
+
+@pytest.fixture()
+def frozen_llama(tmp_path: Path) -> Iterator[ProcessServer]:
+    binary = setup_paths.llama_server()
+    if not binary.exists():
+        pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
+    port = free_port()
+    argv = (sys.executable, str(THROTTLE), "0", "--stall-s", "2", "--", str(binary), "-m", smollm2_gguf().path,
+            "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--metrics")
+    server = get_launcher("process").start(LaunchSpec(engine="llamacpp", argv=argv, host="127.0.0.1", port=port,
+                                                      ready_timeout_s=60.0), tmp_path / "llama.log")
+    assert isinstance(server, ProcessServer)
+    try:
+        wait_ready(server, "/health", 60.0)
+        yield server
+    finally:
+        server.stop()
+
+
+def stall_when_busy(server: ProcessServer, done: threading.Event) -> None:
+    """SIGUSR1 to the wrapper as soon as the server is processing a request."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not done.is_set():
+        try:
+            text = httpx.get(server.spec.base_url + "/metrics", timeout=5).text
+        except httpx.HTTPError:
+            text = ""
+        if any(line.startswith("llamacpp:requests_processing") and float(line.split()[-1]) > 0
+               for line in text.splitlines()):
+            os.kill(server.pid, signal.SIGUSR1)
+            return
+        time.sleep(0.01)
+
+
+def test_a_frozen_server_mid_run_is_measured_again(frozen_llama: ProcessServer) -> None:
+    done = threading.Event()
+    started: list[threading.Thread] = []
+
+    def progress(label: str) -> None:
+        if "measuring 2/" in label and not started:
+            started.append(threading.Thread(target=stall_when_busy, args=(frozen_llama, done), daemon=True))
+            started[0].start()
+
+    spec = WorkloadSpec("w", ("qa",), max_tokens=32)
+    try:
+        wm = asyncio.run(measure_workload(get_engine("llamacpp"), frozen_llama.spec.base_url, "m", spec, 3, True,
+                                          120.0, [], progress))
+    finally:
+        done.set()
+    excluded = [s for s in wm.samples if s.excluded]
+    assert len(excluded) == 1, [s.flags for s in wm.samples]
+    assert excluded[0].repeat == 1 and excluded[0].flags
+    assert len(wm.counted) == 3
+    # The frozen run's time is in no counted value: every counted run's slowest token gap or first
+    # token is well under the 2 s freeze.
+    for s in wm.counted:
+        worst = max([r.ttft_s or 0.0 for r in s.requests] + [g for r in s.requests for g in r.chunk_gaps_s])
+        assert worst < 1.5
