@@ -27,8 +27,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
 from harness.session import MeasureSettings
@@ -45,8 +43,9 @@ from search.gate import (
     min_rounds_for_alpha,
 )
 from search.results import read_json, write_json_atomic
+from search.terminal import make_console
 
-err = Console(stderr=True, highlight=False)
+err = make_console(stderr=True)  # messages never folded (search.terminal)
 GOOD = ("unchanged", "improved")
 
 

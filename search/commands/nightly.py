@@ -32,16 +32,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-
 from harness.builds import Build, BuildError, describe, ensure_build, parse_build, pinned_text
 from harness.fingerprint import host_fingerprint
 from search.baseline import Baseline, kept, load_baseline, save_baseline
 from search.commands.regress import _progress, cmd_regress, matching_baselines
 from search.gate import DEFAULT_ALPHA
 from search.results import read_json
+from search.terminal import make_console
 
-err = Console(stderr=True, highlight=False)
+err = make_console(stderr=True)  # messages never folded (search.terminal)
 EXIT_ERROR = 2
 EXIT_INCONCLUSIVE_ONLY = 3
 # Seconds per round and side assumed for a baseline that records neither start nor measure time.

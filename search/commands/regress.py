@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from harness.builds import build_kwargs, describe, option_build, stamp
 from harness.fingerprint import material_differences
 from harness.session import LaunchFailed, MeasureSettings
@@ -42,8 +40,9 @@ from search.gate import (
 )
 from search.results import ResultsError, write_json_atomic, write_text_atomic
 from search.space import Config, Space
+from search.terminal import make_console
 
-err = Console(stderr=True, highlight=False)
+err = make_console(stderr=True)  # messages never folded (search.terminal)
 
 
 def _progress(quiet: bool) -> Any:
