@@ -275,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "finish in time (confirmation runs included)")
     run.add_argument("--no-confirm", action="store_true",
                      help="skip the confirmation runs of the top configs at the end (see `search confirm`)")
+    run.add_argument("--warm-start", metavar="STUDY",
+                     help="an earlier study (results folder or name) whose top configs run first and whose "
+                          "trials inform the sampler")
+    run.add_argument("--warm-storage", metavar="URL", help="the storage URL of the --warm-start study")
     run.add_argument("--seed", type=int, help="the sampler's seed (default: the space's seed mixed with this "
                                               "worker's identity, so that workers differ)")
     run.add_argument("--dry-run", type=int, nargs="?", const=5, metavar="N",

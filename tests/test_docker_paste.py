@@ -6,18 +6,23 @@ scripts/dockerd.sh) and checks that the container it makes is configured like th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import docker
 import httpx
 import pytest
+import yaml
 
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
@@ -81,8 +86,10 @@ def _essentials(attrs: dict) -> dict:
             "security": host.get("SecurityOpt"), "privileged": host["Privileged"]}
 
 
-@pytest.mark.docker
-def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def docker_env() -> Iterator[tuple[docker.DockerClient, dict[str, str]]]:
+    """The Docker engine DOCKER_HOST names, else the one scripts/dockerd.sh starts; and the
+    environment a user's shell would have (DOCKER_HOST set)."""
     sock = setup_paths.home() / "docker" / "docker.sock"
     env = dict(os.environ)
     if "DOCKER_HOST" not in env and sock.exists():
@@ -93,13 +100,73 @@ def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(tmp_path
         client.images.get(IMAGE)
     except docker.errors.DockerException as exc:
         pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
+    yield client, env
+    client.close()
+
+
+def llama_docker_settings() -> EngineSettings:
     binary, gguf = setup_paths.llama_server(), setup_paths.smollm2_gguf()
-    settings = EngineSettings(
+    return EngineSettings(
         name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
         image=IMAGE, ready_timeout_s=120.0, env={"LLAMA_ARG_N_PREDICT": "64"},
         volumes=(Volume("/usr", "/usr", read_only=True), Volume(str(binary.parent), "/opt/llama/bin", read_only=True),
                  Volume(str(gguf.parent), "/models", read_only=True)))
-    spec = get_engine("llamacpp").build_launch(settings, ModelChoice("smollm2", "/models/" + gguf.name),
+
+
+@contextlib.contextmanager
+def pasted(line: str, port: int, client: docker.DockerClient, env: dict[str, str]) -> Iterator[Any]:
+    """Run `line` in a shell as a user would; yield its container once its server answers; then
+    Ctrl-C it (the CLI forwards the signal, init stops the server, --rm removes the container)."""
+    shell = subprocess.Popen(["bash", "-c", line], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    found = None
+    try:
+        deadline = time.monotonic() + 120
+        while found is None and time.monotonic() < deadline:
+            assert shell.poll() is None, shell.stderr.read() if shell.stderr else ""
+            mine = [c for c in client.containers.list(filters={"ancestor": IMAGE})
+                    if f"--port {port}" in " ".join(c.attrs["Args"]) and "flagsearch" not in c.labels]
+            found = mine[0] if mine else None
+            time.sleep(0.2)
+        assert found is not None, "the pasted command made no container"
+        with httpx.Client(timeout=120) as http:
+            while time.monotonic() < deadline:
+                try:
+                    if http.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            body = http.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                             json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8,
+                                   "temperature": 0, "ignore_eos": True}).json()
+        assert body["usage"]["completion_tokens"] == 8
+        yield found
+    finally:
+        os.killpg(shell.pid, signal.SIGINT)
+        try:
+            shell.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait(timeout=10)
+        if found is not None:
+            for _ in range(50):
+                try:
+                    client.containers.get(found.id)
+                except docker.errors.NotFound:
+                    break
+                time.sleep(0.2)
+            else:
+                client.containers.get(found.id).remove(force=True)
+                pytest.fail("the pasted container outlived its docker run (--rm did not remove it)")
+
+
+@pytest.mark.docker
+def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(
+        docker_env: tuple[docker.DockerClient, dict[str, str]], tmp_path: Path) -> None:
+    client, env = docker_env
+    gguf = setup_paths.smollm2_gguf()
+    spec = get_engine("llamacpp").build_launch(llama_docker_settings(), ModelChoice("smollm2", "/models/" + gguf.name),
                                                {"threads": 1, "parallel": 1, "ctx_size": 1024}, {}, free_port())
     # 1. The launcher's own container, for reference.
     server = get_launcher("docker").start(spec, tmp_path / "0001" / "server.log")
@@ -109,49 +176,48 @@ def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(tmp_path
         line = server.spec.command_line()  # what a trial stores and `search best` prints
     finally:
         server.stop()
-    # 2. The printed line, pasted into a shell as a user would.
+    # 2. The printed line, pasted into a shell as a user would: the same container, answering.
     assert line.startswith("docker run ") and "--entrypoint /opt/llama/bin/llama-server" in line
-    shell = subprocess.Popen(["bash", "-c", line], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
-    pasted = None
-    try:
-        deadline = time.monotonic() + 120
-        while pasted is None and time.monotonic() < deadline:
-            assert shell.poll() is None, shell.stderr.read() if shell.stderr else ""
-            mine = [c for c in client.containers.list(filters={"ancestor": IMAGE})
-                    if f"--port {spec.port}" in " ".join(c.attrs["Args"]) and "flagsearch" not in c.labels]
-            pasted = mine[0] if mine else None
-            time.sleep(0.2)
-        assert pasted is not None, "the pasted command made no container"
-        assert _essentials(pasted.attrs) == reference
-        with httpx.Client(timeout=120) as http:
-            while time.monotonic() < deadline:
-                try:
-                    if http.get(spec.base_url + "/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-            body = http.post(spec.base_url + "/v1/chat/completions",
-                             json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8,
-                                   "temperature": 0, "ignore_eos": True}).json()
-        assert body["usage"]["completion_tokens"] == 8
-    finally:
-        # Ctrl-C in the user's terminal: the CLI forwards it, init stops the server, --rm removes it.
-        os.killpg(shell.pid, signal.SIGINT)
-        try:
-            shell.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(shell.pid, signal.SIGKILL)
-            shell.wait(timeout=10)
-        if pasted is not None:
-            for _ in range(50):
-                try:
-                    client.containers.get(pasted.id)
-                except docker.errors.NotFound:
-                    break
-                time.sleep(0.2)
-            else:
-                client.containers.get(pasted.id).remove(force=True)
-                pytest.fail("the pasted container outlived its docker run (--rm did not remove it)")
-        client.close()
+    with pasted(line, spec.port, client, env) as container:
+        assert _essentials(container.attrs) == reference
+
+
+@pytest.mark.docker
+def test_search_best_prints_a_docker_run_line_that_starts_the_winner(
+        docker_env: tuple[docker.DockerClient, dict[str, str]], tmp_path: Path) -> None:
+    client, env = docker_env
+    settings = llama_docker_settings()
+    gguf = setup_paths.smollm2_gguf()
+    space = {
+        "name": "docker-best",
+        "engines": {"llamacpp": {"dialect": "llamacpp", "launcher": "docker", "image": IMAGE,
+                                 "command": list(settings.command), "env": dict(settings.env),
+                                 "volumes": [{"host": v.host_path, "container": v.container_path, "read_only": True}
+                                             for v in settings.volumes],
+                                 "args": {"ctx_size": 1024, "parallel": 1}, "ready_timeout_s": 120}},
+        "models": [{"name": "smollm2", "path": "/models/" + gguf.name}],
+        "params": {"threads": {"type": "categorical", "choices": [1], "default": 1}},
+        "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 8}],
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
+        "quality": {"suite": None},
+        "objectives": [{"metric": "single.output_tok_s"}],
+        "budget": {"trials": 1},
+    }
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
+    results = tmp_path / "results"
+
+    def search(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "search.cli", *args], capture_output=True, text=True,
+                             timeout=300, env=env, cwd=Path(__file__).parent.parent)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        return out.stdout
+
+    search("run", str(tmp_path / "space.yaml"), "--results", str(results), "--no-confirm", "--quiet")
+    (line,) = [ln for ln in search("best", str(results / "docker-best")).splitlines() if ln.strip()]
+    assert line.startswith("docker run ") and "llama-server llama-server" not in line
+    words = shlex.split(line)
+    assert words[words.index("--entrypoint") + 1] == "/opt/llama/bin/llama-server"
+    port = int(words[words.index("--port") + 1])
+    with pasted(line, port, client, env) as container:
+        assert container.attrs["Config"]["Entrypoint"] == ["/opt/llama/bin/llama-server"]
+        assert container.attrs["HostConfig"]["NetworkMode"] == "host" and container.attrs["HostConfig"]["Init"]
