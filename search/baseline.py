@@ -54,9 +54,9 @@ class Baseline:
     gate: dict[str, Any] = field(default_factory=dict)  # metrics to gate, min_effect
     created: str = ""
 
-    def space(self) -> Space:
+    def space(self, where: str | None = None) -> Space:
         try:
-            return parse_space(self.config, f"baseline {self.name}")
+            return parse_space(self.config, where or f"baseline {self.name}")
         except SpaceError as exc:
             raise ResultsError(str(exc)) from None
 
@@ -126,7 +126,7 @@ def save_baseline(baseline: Baseline, directory: Path = Path("baselines"), overw
 def load_baseline(path: str | Path) -> Baseline:
     p = Path(path)
     baseline = Baseline.from_dict(read_json(p), str(p))
-    baseline.space()
+    baseline.space(f"{p}: config")  # an error names the file
     return baseline
 
 

@@ -7,6 +7,7 @@ reported bug hung past 60 s): the guard is what turns a hang into a failure, not
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import string
@@ -19,9 +20,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import secrets
+from harness import quality_checks, secrets
 from harness.files import MAX_DEPTH, InputError, load_json, load_yaml, parse_yaml, read_text
 from harness.reference import ReferenceStore
+from harness.user_prompts import PromptSource, load_prompts
+from harness.workloads import parse_catalogue
+from search import history
 from search.baseline import load_baseline
 from search.cli import main
 from search.results import ResultsError, read_record
@@ -262,3 +266,106 @@ def test_any_storage_url(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     if "://user:" in url:
         password = url.split("://user:", 1)[1].split("@", 1)[0]
         assert password not in captured.out + captured.err
+
+
+# ---- every other format: valid files with one field replaced by anything -----------------------------
+
+FORMATS = Path(__file__).resolve().parent / "data" / "formats" / "0.1.0"
+
+
+def _paths(doc: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every key path of a JSON document (so that a mutation can hit any field at any depth)."""
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _replace(doc: object, path: tuple[object, ...], value: object) -> object:
+    if not path:
+        return value
+    doc = copy.deepcopy(doc)
+    node = doc
+    for key in path[:-1]:
+        node = node[key]  # type: ignore[index]
+    node[path[-1]] = value  # type: ignore[index]
+    return doc
+
+
+@st.composite
+def mutated(draw: st.DrawFn, source: Path) -> object:
+    doc = json.loads(source.read_text())
+    path = draw(st.sampled_from(_paths(doc)))
+    return _replace(doc, path, draw(json_docs))
+
+
+@FAST
+@given(mutated(FORMATS / "study" / "trials" / "0000" / "result.json"))
+def test_a_result_record_with_any_field_replaced(tmp_path_factory: pytest.TempPathFactory, doc: object) -> None:
+    path = tmp_path_factory.mktemp("r") / "result.json"
+    path.write_text(json.dumps(doc))
+    try:
+        read_record(path)
+    except ResultsError as exc:
+        assert str(path) in str(exc) and "\n" not in str(exc)
+
+
+@FAST
+@given(mutated(FORMATS / "baseline.json"))
+def test_a_baseline_with_any_field_replaced(tmp_path_factory: pytest.TempPathFactory, doc: object) -> None:
+    path = tmp_path_factory.mktemp("b") / "baseline.json"
+    path.write_text(json.dumps(doc))
+    try:
+        baseline = load_baseline(path)
+        baseline.pinned_config()
+        baseline.gated_metrics()
+    except ResultsError as exc:
+        assert str(path) in str(exc) and "\n" not in str(exc)
+
+
+@FAST
+@given(st.one_of(st.binary(max_size=300), json_docs.map(lambda d: (json.dumps(d) + "\n").encode())))
+def test_any_history_file(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    folder = tmp_path_factory.mktemp("h")
+    (folder / "b.jsonl").write_bytes(data)
+    try:
+        history.load("b", folder)
+    except ValueError as exc:
+        assert "b.jsonl" in str(exc) and "\n" not in str(exc)
+
+
+@FAST
+@given(st.one_of(st.binary(max_size=300), yaml_docs.map(lambda d: yaml.safe_dump(d).encode())))
+def test_any_quality_suite_file(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    path = tmp_path_factory.mktemp("q") / "suite.yaml"
+    path.write_bytes(data)
+    quality_checks.checks_for.cache_clear()
+    try:
+        quality_checks.checks_for(str(path))
+    except ValueError as exc:
+        assert "suite.yaml" in str(exc)
+
+
+@FAST
+@given(st.one_of(st.binary(max_size=300), json_docs.map(lambda d: json.dumps(d).encode())),
+       st.sampled_from(["jsonl", "sharegpt"]))
+def test_any_user_prompt_file(tmp_path_factory: pytest.TempPathFactory, data: bytes, fmt: str) -> None:
+    path = tmp_path_factory.mktemp("p") / "prompts.jsonl"
+    path.write_bytes(data)
+    try:
+        load_prompts(PromptSource(path=str(path), format=fmt))  # type: ignore[arg-type]
+    except ValueError as exc:
+        assert "prompts.jsonl" in str(exc)
+
+
+@FAST
+@given(yaml_docs)
+def test_any_workload_catalogue(data: object) -> None:
+    try:
+        parse_catalogue(data)
+    except ValueError as exc:
+        assert "\n" not in str(exc) or len(str(exc)) < 2000
