@@ -50,9 +50,9 @@ FIXED_ARGS = {"ctx_size": 4096, "batch_size": 2048}
 COLUMNS = [*LAUNCH, "concurrency", "start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s",
            "stream_tok_s", "errors", "excluded", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at"]
 # The harness's measurement policy (harness/steady.py), kept short for a 144-config table: at most
-# 2 warmup runs to a steady state and 1 re-measurement of a stalled run per load level. Excluded
+# one warmup run per start and 1 re-measurement of a stalled run per load level. Excluded
 # (stalled) runs are kept in the CSV with excluded=1; the replay leaves them out, as the harness does.
-POLICY = MeasurePolicy(max_warmups=2, max_remeasure=1)
+POLICY = MeasurePolicy(max_warmups=1, max_remeasure=1)
 
 
 def space_doc(max_tokens: int) -> dict[str, Any]:

@@ -75,6 +75,10 @@ class Table:
         self.best = max((p for _, _, p in everything), key=lambda p: p.median)
         self.good = {(c, lv) for c, lv, p in everything if p.ci_high >= (1 - tolerance) * self.best.ci_low}
 
+    @property
+    def curves_or_failed(self) -> set[Config]:
+        return set(self.points) | self.failed
+
     def curve(self, config: Config) -> dict[int, Point] | None:
         return None if config in self.failed else self.points.get(config)
 
@@ -218,6 +222,9 @@ def plain_tpe(table: Table, seed: int) -> Run:
         trial = study.ask()
         config = tuple(trial.suggest_categorical(p, table.choices[p]) for p in table.params)
         level = trial.suggest_categorical("concurrency", table.levels)
+        if config not in table.curves_or_failed:  # not in a table cut short: costs nothing
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
         if (config, level) in seen:  # the old loop: not launched again, the earlier result reused
             c.trials += 1
             value = seen[(config, level)]
@@ -258,7 +265,12 @@ def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: fl
     nothing is left to win, plus one confirmation start)."""
     c = Counter(table)
     space = table_space(table, seed)  # the space's seed drives the initial design: one per replay
-    study = _quiet_study(["maximize"], make_sampler(space, seed, guide=guide))  # type: ignore[arg-type]
+    known = set(table.configs)  # a table cut short: only its measured configs can be proposed
+
+    def allowed(values: dict[str, Any]) -> bool:
+        return tuple(values[p] for p in table.params) in known
+
+    study = _quiet_study(["maximize"], make_sampler(space, seed, guide=guide, allowed=allowed))  # type: ignore[arg-type]
     measured: set[Config] = set()
     best: tuple[float, Config] | None = None
     while True:

@@ -25,7 +25,7 @@ import hashlib
 import itertools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -176,7 +176,8 @@ class FlagSampler(BaseSampler):
     then replaced by the closest untried config."""
 
     def __init__(self, dists: dict[str, BaseDistribution], inner: BaseSampler, n_design: int,
-                 design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03):
+                 design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03,
+                 allowed: Callable[[dict[str, Any]], bool] | None = None):
         self.dists = dists
         self.inner = inner
         self.n_design = n_design
@@ -185,7 +186,10 @@ class FlagSampler(BaseSampler):
         self.design = latin_design(dists, n_design, design_seed) if dists and n_design > 0 else []
         self._rng = np.random.default_rng(seed)
         self._random = RandomSampler(seed=seed)
-        self.all_configs = enumerate_configs(dists) if dists else None
+        # `allowed`: configs worth proposing at all (e.g. not rejected by a memory-fit check).
+        self.allowed = allowed or (lambda _: True)
+        configs = enumerate_configs(dists) if dists else None
+        self.all_configs = None if configs is None else [c for c in configs if self.allowed(c)]
 
     # ---- BaseSampler --------------------------------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -208,10 +212,10 @@ class FlagSampler(BaseSampler):
         proposal = self._complete(proposal)
         taken = self._taken(study, trial)
         for _ in range(RESAMPLE_TRIES):
-            if self._key(proposal) not in taken:
+            if self._fresh(proposal, taken):
                 break
             proposal = self._complete(self.inner.sample_relative(study, trial, inner_space))
-        if self._key(proposal) in taken:
+        if not self._fresh(proposal, taken):
             fresh = self._untried(taken, proposal)
             if fresh is not None:
                 proposal = {**proposal, **fresh}
@@ -273,6 +277,9 @@ class FlagSampler(BaseSampler):
         top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
         return candidates[int(top[int(self._rng.integers(len(top)))])]
 
+    def _fresh(self, proposal: dict[str, Any], taken: set[str]) -> bool:
+        return self._key(proposal) not in taken and self.allowed(proposal)
+
     def _complete(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """Design params the inner sampler left out (its random start, NSGA-II's mutations) are
         drawn at random here, so that every proposal can be checked for duplicates."""
@@ -315,14 +322,14 @@ class FlagSampler(BaseSampler):
             return closest[int(self._rng.integers(len(closest)))]
         for _ in range(1000):
             config = {k: _random_value(d, self._rng) for k, d in self.dists.items()}
-            if self._key(config) not in taken:
+            if self._fresh(config, taken):
                 return config
         return None
 
 
 def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,
                  n_design: int | None = None, guide: Literal["gp", "inner"] = "gp",
-                 noise_floor: float = 0.03) -> BaseSampler:
+                 noise_floor: float = 0.03, allowed: Callable[[dict[str, Any]], bool] | None = None) -> BaseSampler:
     """The study's sampler. `seed`: this worker's seed (see worker_seed); the space's seed when
     None. `kind`: TPE for any number of objectives (multi-objective TPE learns from fewer trials
     than NSGA-II's generations), NSGA-II on request. Both honour the constraints each trial sets,
@@ -336,7 +343,7 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
         with warnings.catch_warnings():  # multivariate and constant_liar are "experimental" since 2.x
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             inner = TPESampler(seed=seed, n_startup_trials=n_design, multivariate=True, constant_liar=True)
-    return FlagSampler(design_space(space), inner, n_design, space.m.seed, seed, guide, noise_floor)
+    return FlagSampler(design_space(space), inner, n_design, space.m.seed, seed, guide, noise_floor, allowed)
 
 
 def space_exhausted(study: Study, space: Space) -> bool:
