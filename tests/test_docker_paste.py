@@ -22,7 +22,6 @@ from typing import Any
 import docker
 import httpx
 import pytest
-import yaml
 
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
@@ -30,6 +29,8 @@ from harness.launch import Volume, get_launcher, wait_ready
 from harness.launch.docker import repo_digest
 from harness.launch.spec import LaunchSpec
 from harness.session import free_port
+from search.space import parse_space
+from search.study import StudyRunner, default_storage
 
 IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
 
@@ -182,6 +183,13 @@ def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(
         assert _essentials(container.attrs) == reference
 
 
+class Quiet:
+    def trial_started(self, *a: object) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_finished(self, record: object) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
 @pytest.mark.docker
 def test_search_best_prints_a_docker_run_line_that_starts_the_winner(
         docker_env: tuple[docker.DockerClient, dict[str, str]], tmp_path: Path) -> None:
@@ -202,18 +210,14 @@ def test_search_best_prints_a_docker_run_line_that_starts_the_winner(
         "quality": {"suite": None},
         "objectives": [{"metric": "single.output_tok_s"}],
         "budget": {"trials": 1},
+        "confirm": {"top_k": 0},
     }
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space))
-    results = tmp_path / "results"
-
-    def search(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "search.cli", *args], capture_output=True, text=True,
-                             timeout=300, env=env, cwd=Path(__file__).parent.parent)
-        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-        return out.stdout
-
-    search("run", str(tmp_path / "space.yaml"), "--results", str(results), "--no-confirm", "--quiet")
-    (line,) = [ln for ln in search("best", str(results / "docker-best")).splitlines() if ln.strip()]
+    results = tmp_path / "docker-best"
+    StudyRunner(parse_space(space, "docker-best"), default_storage(results), "docker-best", results, Quiet()).run(1)
+    best = subprocess.run([sys.executable, "-m", "search.cli", "best", str(results)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=Path(__file__).parent.parent)
+    assert best.returncode == 0, best.stdout[-2000:] + best.stderr[-2000:]
+    (line,) = [ln for ln in best.stdout.splitlines() if ln.strip()]
     assert line.startswith("docker run ") and "llama-server llama-server" not in line
     words = shlex.split(line)
     assert words[words.index("--entrypoint") + 1] == "/opt/llama/bin/llama-server"

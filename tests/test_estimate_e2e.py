@@ -1,17 +1,30 @@
 """The dry run's time estimate learns from a real study: after one trial of a real llama-server, the
-same space's --dry-run states the start and measuring times as measured, not assumed."""
+same space's dry run states the start and measuring times as measured, not assumed."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from search.dryrun import dry_run, previous_records
+from search.space import parse_space
+from search.study import StudyRunner, default_storage
+
 ROOT = Path(__file__).parent.parent
+
+
+class Quiet:
+    def trial_started(self, *a: object) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_finished(self, record: object) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+def engine_line(lines: list[str]) -> str:
+    return next(ln for ln in lines if ln.startswith("#   llamacpp: start"))
 
 
 @pytest.mark.e2e
@@ -23,21 +36,16 @@ def test_dry_run_estimate_uses_the_studys_measured_times(tmp_path: Path) -> None
     doc["quality"] = {"suite": None}
     doc["objectives"] = [{"metric": "single.output_tok_s"}]
     doc["budget"] = {"trials": 1}
-    doc.pop("confirm", None)
-    space = tmp_path / "tiny.yaml"
-    space.write_text(yaml.safe_dump(doc))
-    results = tmp_path / "results"
+    doc["confirm"] = {"top_k": 0}
+    space = parse_space(doc, "tiny")
+    results = tmp_path / space.name
 
-    def search(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "search.cli", "run", str(space), "--results", str(results), *args],
-                             capture_output=True, text=True, timeout=240, cwd=ROOT)
-        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-        return out.stdout
+    before = engine_line(dry_run(space, 1, previous_records(results)))
+    assert re.search(r"start \d+ s \((assumed|declared)\), measuring \d+ s \(\d+ passes", before), before
+    assert not results.exists()  # a dry run creates no study
 
-    before = search("--dry-run", "1")
-    assert re.search(r"#   llamacpp: start \d+ s \((assumed|declared)\), measuring \d+ s \(\d+ passes", before), before
-    search("--trials", "1", "--no-confirm")
-    after = search("--dry-run", "1")
-    line = next(ln for ln in after.splitlines() if ln.startswith("#   llamacpp: start"))
-    assert re.search(r"start [\d.]+ s \(measured, 1 trials\), measuring \d+ s \(measured, 1 trials", line), line
-
+    StudyRunner(space, default_storage(results), space.name, results, Quiet()).run(n_trials=1)
+    records = previous_records(results)
+    assert len(records) == 1 and records[0].failure is None and records[0].ready_s
+    after = engine_line(dry_run(space, 1, records))
+    assert re.search(r"start [\d.]+ s \(measured, 1 trials\), measuring \d+ s \(measured, 1 trials", after), after
