@@ -329,11 +329,18 @@ class FlagSampler(BaseSampler):
 
 def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,
                  n_design: int | None = None, guide: Literal["gp", "inner"] = "gp",
-                 noise_floor: float = 0.03, allowed: Callable[[dict[str, Any]], bool] | None = None) -> BaseSampler:
-    """The study's sampler. `seed`: this worker's seed (see worker_seed); the space's seed when
-    None. `kind`: TPE for any number of objectives (multi-objective TPE learns from fewer trials
-    than NSGA-II's generations), NSGA-II on request. Both honour the constraints each trial sets,
-    and a failure told as the module docstring says ranks below every completed trial."""
+                 noise_floor: float = 0.03, allowed: Callable[[dict[str, Any]], bool] | None = None,
+                 design_seed: int | None = None) -> BaseSampler:
+    """The study's sampler.
+
+    `seed`: this worker's seed (see worker_seed; the space's seed when None); `design_seed`: the
+    initial design's, the same for every worker of a study (the space's seed when None).
+    `n_design`: space-filling configs first (default_design_size). Then, for one objective over
+    an enumerable space with `guide="gp"`, the untried config of highest expected improvement
+    under search/surrogate.py's model; otherwise `kind`: TPE for any number of objectives
+    (multi-objective TPE learns from fewer trials than NSGA-II's generations) or NSGA-II. All
+    honour the constraints each trial sets, and a failure told as the module docstring says
+    ranks below every completed trial. `allowed`: configs worth proposing at all."""
     seed = space.m.seed if seed is None else seed
     n_design = default_design_size(space) if n_design is None else n_design
     if kind == "nsga2":
@@ -343,7 +350,8 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
         with warnings.catch_warnings():  # multivariate and constant_liar are "experimental" since 2.x
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             inner = TPESampler(seed=seed, n_startup_trials=n_design, multivariate=True, constant_liar=True)
-    return FlagSampler(design_space(space), inner, n_design, space.m.seed, seed, guide, noise_floor, allowed)
+    design_seed = space.m.seed if design_seed is None else design_seed
+    return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed)
 
 
 def space_exhausted(study: Study, space: Space) -> bool:

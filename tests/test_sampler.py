@@ -235,3 +235,19 @@ def test_not_exhausted_before_the_end() -> None:
         space.sample(trial)
         study.tell(trial, 1.0)
     assert not space_exhausted(study, space)
+
+
+@pytest.mark.parametrize("guide", ["gp", "inner"])
+def test_allowed_configs_only(guide: str) -> None:
+    """`allowed` (a memory-fit check, say): configs it rejects are never proposed, in the design,
+    the guided phase or the fallback."""
+    space = make_space(GRID)
+    study = optuna.create_study(direction="maximize",
+                                sampler=make_sampler(space, 3, guide=guide, allowed=lambda c: c["a"] != 3))  # type: ignore[arg-type]
+    seen = []
+    for _ in range(16):
+        trial = study.ask()
+        values = space.sample(trial).values
+        seen.append((values["a"], values["b"], values["c"]))
+        study.tell(trial, float(values["c"] + values["a"]))
+    assert len(set(seen)) == 16 and all(a != 3 for a, _, _ in seen), seen
