@@ -22,11 +22,12 @@ only gets a warning (engines queue such requests).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from harness.engines import get_engine
 from harness.quality_checks import Check, checks_for
-from harness.user_prompts import load_prompts
+from harness.user_prompts import PromptSource, load_prompts
 from harness.workloads import WorkloadSpec
 from search.space import Config, Space
 
@@ -81,10 +82,8 @@ def stream_requests(spec: WorkloadSpec) -> list[tuple[int, int, str]]:
         src = spec.source
         if src.format == "documents":
             return [(src.context_tokens, spec.max_tokens or src.max_tokens, f"{spec.name}/documents")]
-        prompts = load_prompts(src)
-        longest = max(prompts, key=lambda pr: sum(len(c) for _, c in pr.messages))
-        chars = sum(len(c) for _, c in longest.messages)
-        output = spec.max_tokens or longest.max_tokens or src.max_tokens
+        chars, declared = _longest_prompt(src.path, src.format, src.limit, Path(src.path).stat().st_mtime)
+        output = spec.max_tokens or declared or src.max_tokens
         return [(chars // 2 + _TEMPLATE_TOKENS, output, f"{spec.name}/{Path(src.path).name}")] * spec.concurrency
     out = []
     for name in spec.streams:
@@ -92,6 +91,15 @@ def stream_requests(spec: WorkloadSpec) -> list[tuple[int, int, str]]:
         prompt = spec.context_tokens(item) or len(item.prompt) // 2 + _TEMPLATE_TOKENS
         out.append((prompt, spec.output_tokens(item), f"{spec.name}/{name}"))
     return out
+
+
+@cache
+def _longest_prompt(path: str, fmt: str, limit: int | None, mtime: float) -> tuple[int, int | None]:
+    """(characters, declared max_tokens) of a prompt file's longest prompt; read once per file
+    version (a dry run checks thousands of configs)."""
+    prompts = load_prompts(PromptSource(path=path, format=fmt, limit=limit))  # type: ignore[arg-type]
+    longest = max(prompts, key=lambda pr: sum(len(c) for _, c in pr.messages))
+    return sum(len(c) for _, c in longest.messages), longest.max_tokens
 
 
 def longest_request(space: Space, request: dict[str, object] | None = None) -> tuple[int, str]:

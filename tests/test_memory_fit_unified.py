@@ -105,3 +105,20 @@ def test_memory_fit_has_no_table_per_dialect() -> None:
     source = inspect.getsource(memory_fit)
     for dialect in ("\"vllm\"", "\"sglang\"", "\"llamacpp\"", "\"command\"", "gpu_memory_utilization", "ctx_size"):
         assert dialect not in source
+
+
+def test_the_users_own_prompts_count_in_the_longest_request() -> None:
+    from search.dryrun import dead_choices
+    from search.memory_fit import longest_request
+
+    data = "tests/data/user"
+    s = parse_space({
+        "name": "u", "engines": VLLM, "models": [{"name": "m", "path": "/m"}],
+        "params": {"max_model_len": {"type": "categorical", "choices": [128, 4096], "default": 4096}},
+        "workloads": [{"name": "mine", "source": {"path": f"{data}/prompts.jsonl"}, "concurrency": 2},
+                      {"name": "docs", "source": {"path": f"{data}/docs", "format": "documents",
+                                                  "context_tokens": 1024, "max_tokens": 256}}],
+        "quality": {"suite": None}, "objectives": [{"metric": "mine.output_tok_s"}]}, "user")
+    assert longest_request(s) == (1280, "docs/documents")  # the retrieved part + question, plus output
+    (dead,) = dead_choices(s)
+    assert dead.startswith("max_model_len=128: no feasible config uses it")
