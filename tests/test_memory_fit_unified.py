@@ -4,6 +4,7 @@ the context-length check against the workloads."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -111,7 +112,7 @@ def test_the_users_own_prompts_count_in_the_longest_request() -> None:
     from search.dryrun import dead_choices
     from search.memory_fit import longest_request
 
-    data = "tests/data/user"
+    data = Path(__file__).parent / "data" / "user"
     s = parse_space({
         "name": "u", "engines": VLLM, "models": [{"name": "m", "path": "/m"}],
         "params": {"max_model_len": {"type": "categorical", "choices": [128, 4096], "default": 4096}},
