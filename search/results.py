@@ -186,8 +186,8 @@ class TrialRecord:
         try:
             record = cls(failure=Failure(**failure) if failure else None, **data)
             record.state = TrialState(record.state) if record.state in STATES else record.state
-        except TypeError as exc:
-            raise ResultsError(f"trial record does not match the expected fields: {exc}") from None
+        except TypeError as exc:  # repr: a key may hold any character, a newline included
+            raise ResultsError(f"trial record does not match the expected fields: {str(exc)!r}") from None
         _check_record(record)
         return record
 
