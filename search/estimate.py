@@ -60,7 +60,7 @@ class EngineCost:
     def line(self) -> str:
         return (f"{self.engine}: start {self.start.seconds:.0f} s ({self.start.source}), "
                 f"measuring {self.measure.seconds:.0f} s ({self.measure.source}; decode {self.decode_tok_s:.3g} "
-                f"tok/s, prefill {self.prefill_tok_s:.4g} tok/s {self.rates_source}), "
+                f"tok/s, prefill {self.prefill_tok_s:.4g} tok/s: {self.rates_source}), "
                 f"trial ~{self.trial_s / 60:.1f} min")
 
 
@@ -101,8 +101,10 @@ class Estimator:
             self._measures.setdefault(record.engine, []).append(rest)
 
     def _rates(self, engine: str) -> tuple[float, float, str]:
+        """(decode tok/s, prefill tok/s, where each comes from)."""
         expect = self.space.m.engines[engine].expect
-        decode, prefill, source = expect.decode_tok_s, expect.prefill_tok_s, "declared"
+        decode, prefill = expect.decode_tok_s, expect.prefill_tok_s
+        decode_from = prefill_from = "declared"
         if decode is None:
             device, model = self.space.m.device, self.space.m.models[0]
             if device and device.bandwidth_gbs and model.active_params_b and model.bytes_per_param:
@@ -110,10 +112,10 @@ class Estimator:
                 decode = roofline * ASSUMED_ROOFLINE_SHARE
             else:
                 decode = ASSUMED_DECODE_TOK_S
-            source = "assumed"
+            decode_from = "assumed"
         if prefill is None:
-            prefill, source = decode * ASSUMED_PREFILL_PER_DECODE, "assumed"
-        return decode, prefill, source
+            prefill, prefill_from = decode * ASSUMED_PREFILL_PER_DECODE, "assumed"
+        return decode, prefill, f"{decode_from}/{prefill_from}" if decode_from != prefill_from else decode_from
 
     def _measure_from_rates(self, decode: float, prefill: float) -> float:
         m = self.space.m
