@@ -143,6 +143,9 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
         console.print(safe(r.command))
     print_per_load(view)
+    noise = view.noise()
+    if noise:
+        console.print(f"\n{safe(noise)}")
     console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")
 
 

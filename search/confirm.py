@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.failure import TrialFailed
+from harness.failure import Cause, Failure, TrialFailed
 from harness.hostload import LoadMeter, LoadWindow
 from harness.session import MeasureSettings, RunRequest, Session
 from search.gate import MetricVerdict
@@ -74,7 +74,6 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                      progress: Progress = _quiet) -> Confirmation:
     """Re-measure `tops` and `default` with fresh starts, round-robin, until settled or max_rounds."""
     objective = space.m.objectives[0]
-    workload, _, leaf = objective.metric.partition(".")
     arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params))
             for r in [default, *tops]]
     looks = tuple(range(min_rounds, max_rounds + 1))
@@ -88,7 +87,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             for arm in (order if rnd % 2 == 0 else order[::-1]):
                 progress(f"confirmation round {rnd + 1}/{max_rounds}: {arm.label}")
                 meter = LoadMeter().start()
-                arm.runs.append(_measure(session, space, arm, workload, leaf, work_dir / f"r{rnd:02d}-{arm.label}"))
+                arm.runs.append(_measure(session, space, arm, work_dir / f"r{rnd:02d}-{arm.label}"))
                 loads.append(meter.stop())
             rounds = rnd + 1
             if any(not arm.runs[-1] for arm in arms):
@@ -107,27 +106,39 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner)
 
 
-def _measure(session: Session, space: Space, arm: Arm, workload: str, leaf: str, log_dir: Path) -> list[float]:
-    config = space.sample(_fixed(arm.params))
-    flags, env, request = space.split(config)
+def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path) -> tuple[list[float], str]:
+    """The first objective's per-run values of a config on a fresh server start, and the command.
+    Raises TrialFailed when it cannot be measured."""
+    workload, _, leaf = space.m.objectives[0].metric.partition(".")
+    config = space.sample(_fixed(params))
+    flags, env, _ = space.split(config)
     req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, log_dir,
                      fresh=True)
     m = space.m.measure
+    specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
+    measured = session.run(req, specs, MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf)))
+    per_point: list[list[float]] = []
+    for wm in measured.workloads.values():
+        values = [float(s.metrics[leaf]) for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]
+        if not values and leaf in wm.summary:
+            values = [wm.summary[leaf].median]
+        per_point.append([v for v in values if math.isfinite(v) and v > 0])
+    if not per_point or not all(per_point):
+        raise TrialFailed(Failure(Cause.OBJECTIVE_MISSING, f"{workload}.{leaf} was not measured"), measured.command)
+    if len(per_point) == 1:
+        return per_point[0], measured.command
+    # A load ladder: each run's value is the geometric mean over the points (as the curve summary).
+    n = min(len(v) for v in per_point)
+    return [math.exp(sum(math.log(v[i]) for v in per_point) / len(per_point)) for i in range(n)], measured.command
+
+
+def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[float]:
     try:
-        measured = session.run(req, [w for w in space.workload_specs(request) if w.name == workload],
-                               MeasureSettings(m.repeats, m.warmup, m.request_timeout_s))
+        values, arm.command = measure_fresh(session, space, arm.params, log_dir)
     except TrialFailed as exc:
         arm.failures.append(str(exc))
         return []
-    arm.command = measured.command
-    wm = measured.workloads.get(workload)
-    if wm is None:
-        arm.failures.append(f"workload {workload!r} was not measured")
-        return []
-    values = [s.metrics[leaf] for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]
-    if not values and leaf in wm.summary:
-        values = [wm.summary[leaf].median]
-    return [float(v) for v in values if v is not None and math.isfinite(v)]
+    return values
 
 
 def _fixed(params: dict[str, Any]) -> Any:

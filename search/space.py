@@ -279,6 +279,9 @@ class MeasureModel(Strict):
     # Differences below this are noise (start-to-start): the study stops when no untried config can
     # plausibly beat the incumbent by more (search/stopping.py).
     noise_floor: float = Field(default=0.05, gt=0, lt=1)
+    # Re-measure the default on a fresh start after every N counted trials (0: never): the study's
+    # own start-to-start noise, reported with the results (search/noise.py).
+    noise_every: int = Field(default=0, ge=0)
 
     def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:  # noqa: F821
         """The measurement policy for one workload; `metric` is the per-run value it watches (the

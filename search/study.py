@@ -45,6 +45,7 @@ from harness.session import (
 from search.curves import add_curve_summaries
 from search.estimate import Estimator
 from search.memory_fit import estimate
+from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler, space_exhausted, worker_seed
@@ -188,6 +189,15 @@ class StudyRunner:
         finally:
             self.session.close()
 
+    def noise_floor_value(self) -> float:
+        """The study's measured start-to-start spread (x2: two configs each measured once), or the
+        space's stated floor until the default has been measured twice."""
+        from search.summary import load_view
+
+        base = load_view(self.study).baseline
+        floor = noise_floor(self.study, (base.objective_values or [None])[0] if base else None)
+        return max(self.space.m.measure.noise_floor, 2 * floor.spread) if floor else self.space.m.measure.noise_floor
+
     def confirmation_fits(self) -> bool:
         """Whether the minimum confirmation (3 rounds of the default and the top configs) fits the
         time budget that is left."""
@@ -198,14 +208,20 @@ class StudyRunner:
 
     def _stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         # Trials other workers are running count too, so that workers together run the budget.
-        if counted_trials(study, with_running=True) >= self.total:
+        counted = counted_trials(study, with_running=True)
+        if counted >= self.total:
             study.stop()
             return
+        every = self.space.m.measure.noise_every
+        if every and trial.user_attrs.get(BUDGET_ATTR, True) and counted % every == 0:
+            self.reporter.phase("re-measuring the default on a fresh start (the study's noise floor)")
+            self.reporter.note(probe(self.session, self.space, study, self.space.default_config(),
+                                     self.results_dir / "noise", counted // every))
         reason = None
         if self._known_in_a_row >= EXHAUSTED_AFTER or space_exhausted(study, self.space):
             reason = "the space is exhausted: every config was tried"
         else:
-            decision = study_should_stop(study, self.space, self.space.m.measure.noise_floor)
+            decision = study_should_stop(study, self.space, self.noise_floor_value())
             if decision.stop:
                 reason = f"nothing left to win: {decision.reason}"
         if reason:

@@ -19,6 +19,7 @@ class StudyView:
     records: list[TrialRecord]
     baseline_number: int | None
     confirmation: dict[str, Any] | None = None  # search.confirm.Confirmation, as stored in the study
+    study: optuna.Study | None = None
 
     @staticmethod
     def is_feasible(r: TrialRecord) -> bool:
@@ -54,6 +55,16 @@ class StudyView:
                 front.append(r)
         return sorted(front, key=key, reverse=True)
 
+    def noise(self) -> str | None:
+        """The study's noise floor line, when the default was measured on two or more starts."""
+        if self.study is None:
+            return None
+        from search.noise import noise_floor
+
+        base = self.baseline
+        floor = noise_floor(self.study, (base.objective_values or [None])[0] if base else None)
+        return floor.describe() if floor else None
+
     def verdict(self) -> str:
         """The confirmed answer, or a plain statement that the ranking is unconfirmed."""
         c = self.confirmation
@@ -86,4 +97,4 @@ def load_view(study: optuna.Study) -> StudyView:
                                                      for i, d in enumerate(study.directions)]
     confirmation = study.user_attrs.get("confirmation")
     return StudyView(study.study_name, [tuple(m) for m in metrics], records, baseline,
-                     confirmation if isinstance(confirmation, dict) else None)
+                     confirmation if isinstance(confirmation, dict) else None, study)

@@ -290,7 +290,8 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
 def _verdict_section(view: StudyView) -> str:
     """The confirmation (fresh starts, interleaved) apart from the single-measurement ranking."""
     c = view.confirmation
-    text = f"<p><strong>{_e(view.verdict())}</strong></p>"
+    noise = view.noise()
+    text = f"<p><strong>{_e(view.verdict())}</strong></p>" + (f"<p>{_e(noise)}</p>" if noise else "")
     if c is None:
         return text
     rows = []
