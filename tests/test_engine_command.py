@@ -73,7 +73,9 @@ def test_a_space_with_a_command_engine_loads_and_dry_runs() -> None:
         "objectives": [{"metric": "qa.output_tok_s"}],
     })
     lines = dry_run(space, 3)
-    assert len(lines) == 6 and all("--max-batch-size" in line for line in lines[1::2])
+    commands = [line for line in lines if not line.startswith("#")]
+    assert len([line for line in lines if line.startswith("# trial ")]) == 3
+    assert len(commands) == 4 and all("--max-batch-size" in line for line in commands)  # engine default + 3
 
 
 def _llama_as_command(port_flag: bool = True) -> EngineSettings:
