@@ -1,8 +1,11 @@
-"""Engine dialects, one module each. A new engine is one module plus an entry here."""
+"""Engine dialects, one module each: a module `harness/engines/<dialect>.py` that defines one Engine
+subclass whose `dialect` is the module's name. A new engine is that module alone: it is found here
+by its file name, with no list to edit."""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from harness.engines.base import (
     Engine,
@@ -14,22 +17,20 @@ from harness.engines.base import (
     StartupInfo,
 )
 
-_DIALECTS = {
-    "vllm": ("harness.engines.vllm", "VllmEngine"),
-    "llamacpp": ("harness.engines.llamacpp", "LlamaCppEngine"),
-    "sglang": ("harness.engines.sglang", "SglangEngine"),
-    "command": ("harness.engines.command", "CommandEngine"),
-}
-
-DIALECTS = tuple(_DIALECTS)
+_NOT_DIALECTS = frozenset({"base"})
+DIALECTS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if not m.ispkg and not m.name.startswith("_") and m.name not in _NOT_DIALECTS))
 
 
 def get_engine(dialect: str) -> Engine:
-    try:
-        module_name, class_name = _DIALECTS[dialect]
-    except KeyError:
-        raise ValueError(f"unknown engine dialect {dialect!r} (known: {', '.join(_DIALECTS)})") from None
-    return getattr(importlib.import_module(module_name), class_name)()
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown engine dialect {dialect!r} (known: {', '.join(DIALECTS)})")
+    module = importlib.import_module(f"harness.engines.{dialect}")
+    found = [obj for obj in vars(module).values()
+             if isinstance(obj, type) and issubclass(obj, Engine) and getattr(obj, "dialect", None) == dialect]
+    if len(found) != 1:
+        raise ValueError(f"harness/engines/{dialect}.py must define one Engine subclass with dialect = {dialect!r}")
+    return found[0]()
 
 
 __all__ = ["DIALECTS", "Engine", "EngineSettings", "FailureCause", "FeatureExpectation", "MetricNames",
