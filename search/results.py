@@ -64,6 +64,16 @@ def format_version(value: object, name: str, current: int, where: str, missing: 
     return version
 
 
+# The study's own user attributes (objectives, space_source, ...): `format` = STUDY_FORMAT, set when
+# the study is created; studies without it are version 1 (0.1.0 wrote none).
+STUDY_FORMAT = "flagsearch-study/1"
+
+
+def check_study_format(user_attrs: dict[str, Any], where: str) -> int:
+    """The version of a study's user attributes; a study from a newer release is refused by name."""
+    return format_version(user_attrs.get("format"), "flagsearch-study", 1, where, missing=1)
+
+
 class ResultsError(Exception):
     """A results or baseline file is missing, partial, corrupted or cannot be written."""
 

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from search.recovery import interrupted_records
-from search.results import TrialRecord
+from search.results import TrialRecord, check_study_format
 from search.trial_index import RECORD_ATTR
 
 
@@ -83,6 +83,7 @@ class StudyView:
 
 
 def load_view(study: optuna.Study) -> StudyView:
+    check_study_format(study.user_attrs, f"study {study.study_name}")  # refuses a newer release's study
     records, baseline = [], None
     interrupted = interrupted_records(study)  # trials of dead workers, recorded on the study
     for t in study.get_trials(deepcopy=False):

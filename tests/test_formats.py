@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from search.baseline import FORMAT, load_baseline
-from search.results import RECORD_FORMAT, ResultsError, TrialRecord, read_record
+from search.results import RECORD_FORMAT, STUDY_FORMAT, ResultsError, TrialRecord, check_study_format, read_record
 from search.study import default_storage
 from search.summary import load_view
 
@@ -69,3 +69,15 @@ def test_new_records_carry_their_format_and_newer_ones_are_refused(tmp_path: Pat
     path.write_text(json.dumps({**data, "format": "flagsearch-baseline/99"}))
     with pytest.raises(ResultsError, match="newer flagsearch"):
         load_baseline(path)
+
+
+def test_a_study_from_a_newer_release_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / "study"
+    shutil.copytree(OLD / "study", copy)
+    study = optuna.load_study(study_name="formats-0.1.0", storage=default_storage(copy))
+    assert check_study_format(study.user_attrs, "s") == 1  # 0.1.0 set no format
+    study.set_user_attr("format", STUDY_FORMAT)
+    assert load_view(study).records
+    study.set_user_attr("format", "flagsearch-study/99")
+    with pytest.raises(ResultsError, match="newer flagsearch"):
+        load_view(study)
