@@ -14,16 +14,12 @@ Ctrl-C / SIGTERM stop every server and leave the study consistent and resumable.
 
 from __future__ import annotations
 
-import random
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
-import sqlalchemy.exc
-from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure, TrialFailed
 from harness.launch.registry import worker_tag
@@ -48,17 +44,16 @@ from search.memory_fit import estimate
 from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
-from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler, space_exhausted, worker_seed
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, space_exhausted
 from search.space import Config, Space, constraint_value
 from search.stopping import study_should_stop
+from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
 from search.trial_index import RECORD_ATTR, TrialIndex
 
-__all__ = ["RECORD_ATTR", "Reporter", "StudyRunner", "default_storage", "free_port", "make_storage", "open_study",
-           "stored_records"]
+# Storage helpers are re-exported: callers open and count studies through this module or search.storage.
+__all__ = ["BUDGET_ATTR", "RECORD_ATTR", "Reporter", "StudyRunner", "counted_trials", "default_storage", "free_port",
+           "make_storage", "open_study", "stored_records"]
 
-HEARTBEAT_S = 60  # RDB storages: a trial without a heartbeat for GRACE_S is failed and retried once
-GRACE_S = 180
-BUDGET_ATTR = "counts_in_budget"  # False for duplicates and skips: they cost no start
 EXHAUSTED_AFTER = 25  # consecutive suggestions that were all known: the space is exhausted
 
 
@@ -71,62 +66,6 @@ class Reporter(Protocol):
 
 class SkipTrial(Exception):
     """A suggestion that costs nothing and teaches nothing (another worker runs it): told as FAIL."""
-
-
-def default_storage(results_dir: Path) -> str:
-    results_dir.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(results_dir / 'study.db').resolve()}"
-
-
-def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """SQLite or any SQLAlchemy URL, with heartbeats so a dead worker's trial is retried."""
-    return optuna.storages.RDBStorage(
-        url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
-        engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else {"connect_args": {"timeout": 60}})
-
-
-def open_study(space: Space, storage: str, study_name: str, seed: int | None = None) -> optuna.Study:
-    directions = [o.direction for o in space.m.objectives]
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # An explicit seed reproduces one worker exactly; otherwise every process (worker, resumed run)
-    # mixes its identity into the space's seed, so that two workers or a resumed run do not replay
-    # the same suggestions.
-    sampler = make_sampler(space, seed if seed is not None else worker_seed(space.m.seed, worker_tag()))
-    for attempt in range(6):
-        try:
-            study = optuna.create_study(storage=make_storage(storage), study_name=study_name,
-                                        directions=directions, sampler=sampler, load_if_exists=True)
-            break
-        except sqlalchemy.exc.DBAPIError:
-            # Workers that start together on a fresh database race to create its tables.
-            if attempt == 5:
-                raise
-            time.sleep(0.5 + random.random() * (attempt + 1))
-    objectives = [[o.metric, o.direction] for o in space.m.objectives]
-    if study.user_attrs.get("objectives") not in (None, objectives):
-        raise ValueError(f"study {study_name!r} was created with objectives {study.user_attrs['objectives']}, "
-                         f"the space now says {objectives}; use another --study name")
-    if "objectives" not in study.user_attrs:
-        study.set_metric_names([o.metric for o in space.m.objectives])  # optuna-dashboard's axis labels
-        study.set_user_attr("objectives", objectives)
-        study.set_user_attr("space_source", space.source)
-    return study
-
-
-def stored_records(study: optuna.Study) -> list[TrialRecord]:
-    return [TrialRecord.from_dict(t.user_attrs[RECORD_ATTR]) for t in study.get_trials(deepcopy=False)
-            if t.user_attrs.get(RECORD_ATTR)]
-
-
-def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
-    """Finished trials that count in the budget (duplicates and skips do not)."""
-    states = [OptunaState.COMPLETE, OptunaState.FAIL, OptunaState.PRUNED]
-    if with_running:
-        states.append(OptunaState.RUNNING)
-    return sum(1 for t in study.get_trials(deepcopy=False, states=tuple(states))
-               if t.user_attrs.get(BUDGET_ATTR, True))
 
 
 class StudyRunner:
