@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 
 import httpx
 import pytest
@@ -108,3 +109,18 @@ def test_server_client_sends_a_key_only_to_its_server() -> None:
         forget_api_key("http://127.0.0.1:8123")
     assert seen["127.0.0.1:8123"] == f"Bearer {KEY}" and seen["localhost:8123"] == f"Bearer {KEY}"
     assert seen["127.0.0.1:8124"] is None and seen["example.org:8123"] is None
+
+
+def test_history_rows_are_scrubbed_and_versioned(tmp_path: Path) -> None:
+    from search import history
+
+    secrets.remember([KEY])
+    row = {"baseline": "b", "candidate": f"llama-server --api-key {KEY}", "metric": "w.x", "verdict": "same"}
+    path = history.append([row], "b", tmp_path)
+    text = path.read_text()
+    assert KEY not in text and '"format": "flagsearch-history/1"' in text
+    (loaded,) = history.load("b", tmp_path)
+    assert loaded["candidate"] == "llama-server --api-key ***" and "format" not in loaded
+    path.write_text(text.replace("flagsearch-history/1", "flagsearch-history/9"))
+    with pytest.raises(ValueError, match="newer flagsearch"):
+        history.load("b", tmp_path)
