@@ -164,8 +164,9 @@ class Server:
 
     def cause(self) -> str:
         lines = self.log.read_text(errors="replace").splitlines()
-        bad = [ln for ln in lines if "error" in ln.lower() or "invalid" in ln.lower()]
-        return ((bad or lines or ["(empty log)"])[-1]).strip()[:200]
+        # the first error line names the cause; later ones ("exiting due to model loading error") only follow
+        bad = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "invalid" in ln.lower()]
+        return ((bad or lines[-1:] or ["(empty log)"])[0]).strip()[:200]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
