@@ -2,13 +2,13 @@
 # Prepares, from the package index, everything the GPU validation (bench/gpu/run.sh) carries to
 # the GPU machine, which cannot reach any registry:
 #   .gpu/llama-src.tgz  llama.cpp's source as vendored by the llama-cpp-python sdist, trimmed to
-#                       what a CUDA llama-server needs (5-6 MB instead of 176 MB)
+#                       what a CUDA llama-server needs (22 MB instead of 176 MB; 4.8 MB as .tgz)
 #   .whl/*.whl          cp312 x86-64 wheels of the Python packages the GPU image lacks (or has
 #                       too old: pydantic needs typing-extensions >= 4.16)
 # then checks that the trimmed tree configures with the flags bench/gpu/build_llama_cuda.sh uses
 # (CUDA on where this machine has nvcc, else the CPU backend; the CUDA build itself runs on the
 # GPU machine). Both folders are git-ignored. Two commands for a newcomer (docs/gpu-llamacpp.md):
-#   bash scripts/prepare_gpu.sh          # here, ~2 min
+#   bash scripts/prepare_gpu.sh          # here, ~1-2 min
 #   bash bench/gpu/run.sh                # on the GPU machine, carrying .gpu and .whl
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,4 +84,5 @@ if ! CONFIGURE_ONLY=1 GGML_CUDA="$CUDA" bash bench/gpu/build_llama_cuda.sh .gpu/
     exit 1
   fi
 fi
-echo "prepared: .gpu/llama-src.tgz and $(ls .whl | wc -l) wheels in .whl/ ($(du -sh .gpu .whl | cut -f1 | paste -sd+) )"
+echo "prepared: .gpu/llama-src.tgz ($(du -h .gpu/llama-src.tgz | cut -f1)) and $(ls .whl | wc -l) wheels in .whl/" \
+  "($(du -sh .whl | cut -f1)); next: bash bench/gpu/run.sh on the GPU machine, carrying .gpu and .whl"
