@@ -123,7 +123,7 @@ def checks_for(suite: str) -> tuple[Check, ...]:
         if suite not in suites():
             raise ValueError(f"suite {suite!r} is not one of {sorted(suites())} (or a .yaml file of checks)")
         return suites()[suite]
-    data = load_yaml(Path(suite))  # bounded (harness.files); its InputError is a one-line ValueError
+    data = load_yaml(Path(suite), max_bytes=16 << 20)  # bounded (harness.files): a one-line ValueError
     if isinstance(data, dict) and isinstance(data.get("suites"), dict) and len(data["suites"]) == 1:
         data = next(iter(data["suites"].values()))
     return parse_checks(data, suite)
