@@ -144,10 +144,17 @@ def parse_guidellm(data: dict[str, Any]) -> dict[str, float]:
         pct = d.get("percentiles") or {}
         for q in QUANTILES:
             _put(m, f"{ours}_p{q}_s", pct.get(f"p{q}", d.get("median") if q == 50 else None), scale)
-    totals = (metrics.get("request_totals") or bench.get("request_totals") or {})
+    totals = metrics.get("request_totals") or bench.get("request_totals") or {}
+
+    def count(value: Any) -> float:
+        return float(value.get("count") or 0) if isinstance(value, dict) else float(value or 0)
+
     if totals:
-        _put(m, "errors", totals.get("errored", 0))
-        _put(m, "requests", sum(float(totals.get(k) or 0) for k in ("successful", "errored", "incomplete")))
+        m["errors"] = count(totals.get("errored", totals.get("failed")))
+        m["requests"] = count(totals.get("successful")) + m["errors"] + count(totals.get("incomplete"))
+    _put(m, "output_tokens", dist("output_token_count").get("total_sum"))
+    _put(m, "prompt_tokens", dist("prompt_token_count").get("total_sum"))
+    _put(m, "duration_s", bench.get("duration"))
     return m
 
 

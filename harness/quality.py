@@ -77,6 +77,8 @@ class QualityModel(BaseModel):
             return data
         if data.get("reference") is None and any(data.get(k) is not None for k in (*AGREEMENT, *RELATIVE)):
             data = {**data, "reference": {}}
+        if isinstance(data.get("reference"), ReferenceSpec):
+            data = {**data, "reference": data["reference"].model_dump()}
         if isinstance(data.get("reference"), dict) and data.get("suite", "smoke"):
             # The reference answers the same suite, the same way, whenever the suite is judged relatively.
             relative = any(data.get(k) is not None for k in RELATIVE)
@@ -124,6 +126,7 @@ class Relative:
     answer_match: float  # fraction of checks whose answer text is identical
     reference_score: float
     compared: int
+    excused: list[str] = field(default_factory=list)  # degenerate or cut on the reference too
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,7 +141,8 @@ def relative_to(results: list[CheckResult], reference: ReferenceAnswers) -> Rela
     gained = [r.name for r in common if r.passed and not ref[r.name]["passed"]]
     match = sum(r.answer.strip() == str(ref[r.name]["answer"]).strip() for r in common) / len(common)
     score = sum(bool(ref[r.name]["passed"]) for r in common) / len(common)
-    return Relative(lost, gained, match, score, len(common))
+    excused = [r.name for r in common if ref[r.name].get("degenerate") or ref[r.name].get("truncated")]
+    return Relative(lost, gained, match, score, len(common), excused)
 
 
 @dataclass
@@ -157,12 +161,16 @@ class QualityResult:
     @property
     def fatal(self) -> str | None:
         """Degenerate output (or no answers at all): the trial fails outright."""
-        bad = [f"{c.name}: {c.degenerate}" for c in self.checks if c.degenerate]
+        # Judged relatively, an answer the reference config itself degenerated on (or ran to
+        # max_tokens on) is the model's habit, not this config's fault: excused.
+        excused = set(self.relative.excused) if self.relative else set()
+        bad = [f"{c.name}: {c.degenerate}" for c in self.checks if c.degenerate and c.name not in excused]
         if bad:
             return "degenerate output: " + "; ".join(bad[:3])
-        cut = sum(c.truncated for c in self.checks)
-        if self.checks and cut / len(self.checks) >= TRUNCATED_FATAL:
-            return f"degenerate output: {cut} of {len(self.checks)} answers hit max_tokens (the model does not stop)"
+        judged = [c for c in self.checks if c.name not in excused]
+        cut = sum(c.truncated for c in judged)
+        if judged and cut / len(judged) >= TRUNCATED_FATAL:
+            return f"degenerate output: {cut} of {len(judged)} answers hit max_tokens (the model does not stop)"
         if self.error:
             return self.error
         return None

@@ -249,7 +249,8 @@ async def capture_reference(base_url: str, model_id: str, dialect: str, spec: Re
 
         results = await run_checks(base_url, model_id, checks_for(spec.suite), timeout_s, spec.check_timeout_s,
                                    1, ask_context(dialect, spec.thinking, spec.context_scale))
-        checks = [{"name": r.name, "passed": r.passed, "answer": r.answer, "reason": r.reason} for r in results]
+        checks = [{"name": r.name, "passed": r.passed, "answer": r.answer, "reason": r.reason,
+                   "degenerate": r.degenerate, "truncated": r.truncated} for r in results]
     return ReferenceAnswers(key=reference_key(model, config, spec), model=model, config=dict(config),
                             dialect=dialect, tokens=spec.tokens, top_k=spec.top_k, items=items,
                             capture_s=time.monotonic() - start, checks=checks)
