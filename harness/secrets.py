@@ -136,6 +136,11 @@ def argv_secrets(argv: Iterable[str]) -> list[str]:
     return [v for v in out if len(v) >= MIN_SECRET_LEN]
 
 
+def launch_secrets(argv: Iterable[str], env: Mapping[str, str]) -> list[str]:
+    """What nothing about one server start may show: every known secret, its env's and its argv's."""
+    return sorted({*known(env), *argv_secrets(argv)}, key=len, reverse=True)
+
+
 def doc_secrets(node: Any, key: str = "") -> list[str]:
     """Literal secrets in a space document: text values under secret-named keys (at any depth), and
     the values after secret-named flags in command lists, and the `value` of a secret-named

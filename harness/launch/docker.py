@@ -107,9 +107,7 @@ class DockerServer:
         self._log_thread.start()
 
     def _stream_logs(self) -> None:
-        known = sorted({*secrets.known(self.spec.env), *secrets.argv_secrets(self.spec.argv)}, key=len,
-                       reverse=True)
-        scrubber = secrets.LineScrubber(known)
+        scrubber = secrets.LineScrubber(secrets.launch_secrets(self.spec.argv, self.spec.env))
         with self.log_path.open("ab") as log, contextlib.suppress(docker.errors.DockerException, OSError):
             try:
                 for chunk in self.container.logs(stream=True, follow=True, stdout=True, stderr=True):

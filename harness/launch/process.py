@@ -194,7 +194,7 @@ def _alive(pid: int) -> bool:
 
 def log_secrets(spec: LaunchSpec) -> list[str]:
     """What a server's log must not contain: every known secret, its env's and its argv's."""
-    return sorted({*secrets.known(spec.env), *secrets.argv_secrets(spec.argv)}, key=len, reverse=True)
+    return secrets.launch_secrets(spec.argv, spec.env)
 
 
 def pump_log(fd: int, log_path: Path, known: list[str], idle_s: float = 0.25) -> None:

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.secrets import REDACTED, argv_secrets, is_secret_name, known, redact_argv, redact_env, scrub_text
+from harness.secrets import REDACTED, is_secret_name, known, launch_secrets, redact_argv, redact_env, scrub_text
 
 # The secret rules live in harness.secrets; re-exported here for the launchers and older imports.
 __all__ = ["REDACTED", "LaunchSpec", "Volume", "is_secret_name", "redact_argv", "redact_env", "scrub_text",
@@ -76,7 +76,7 @@ class LaunchSpec:
         network, init, no-new-privileges unless privileged, GPUs, IPC, shm, env, volumes, the
         entrypoint: argv[0] becomes --entrypoint unless it is "@entrypoint", which keeps the image's
         own), pinned to the image's digest where the launcher learned it."""
-        secrets = sorted({*secret_values(self.env), *argv_secrets(self.argv)}, key=len, reverse=True)
+        secrets = launch_secrets(self.argv, self.env)
         if self.launcher == "docker" and self.image:
             return scrub_text(shlex.join(self.docker_run_argv()), secrets)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
