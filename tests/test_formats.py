@@ -81,3 +81,16 @@ def test_a_study_from_a_newer_release_is_refused(tmp_path: Path) -> None:
     study.set_user_attr("format", "flagsearch-study/99")
     with pytest.raises(ResultsError, match="newer flagsearch"):
         load_view(study)
+
+
+def test_show_and_report_read_the_previous_release_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from search.cli import main
+
+    copy = tmp_path / "study"
+    shutil.copytree(OLD / "study", copy)
+    url = f"sqlite:///{copy / 'study.db'}"
+    assert main(["show", "formats-0.1.0", "--storage", url]) == 0
+    assert "bogus" in capsys.readouterr().out  # the failed trial's row
+    assert main(["report", "formats-0.1.0", "--storage", url, "--results-dir", str(copy), "--html",
+                 str(tmp_path / "r.html"), "--csv", str(tmp_path / "csv")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 0 and (tmp_path / "csv" / "requests.csv").exists()
