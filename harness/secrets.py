@@ -7,7 +7,8 @@ A value is a secret when it came from
 Loading a space remembers its literal secrets for the life of the process (`remember`), so that
 code far from the space (result records, baselines, logs, reports, progress lines) scrubs them
 without being handed them. Values shorter than MIN_SECRET_LEN are not scrubbed by value (they would
-hit ordinary text such as "1"); they are still redacted wherever their key or flag names them.
+hit ordinary text such as "1"); they are still redacted in printed command lines (after their flag)
+and in `env` mappings, but a 5-character key written in a space can reach a pinned baseline config.
 A `${VAR}` reference as written in a space names a secret without holding it and is kept.
 """
 
