@@ -17,7 +17,7 @@ import optuna
 
 from harness.engines import get_engine
 from search.estimate import Estimator
-from search.memory_fit import FitEstimate, estimate
+from search.memory_fit import FitEstimate, LocalMemory, estimate, free_at_start
 from search.results import TrialRecord
 from search.space import (
     BoolParam,
@@ -42,12 +42,12 @@ class Launch:
         return self.fit is None or self.fit.fits
 
 
-def launch_of(space: Space, config: Config, port: int = 8000) -> Launch:
+def launch_of(space: Space, config: Config, port: int = 8000, free: LocalMemory | None = None) -> Launch:
     settings = space.engine_settings(config.engine)
     flags, env, _ = space.split(config)
     spec = get_engine(settings.dialect).build_launch(settings, space.model_choice(config.model), flags, env,
                                                      port=port)
-    return Launch(config, spec.command_line(), estimate(space, config))
+    return Launch(config, spec.command_line(), estimate(space, config, free))
 
 
 def _study(space: Space) -> optuna.Study:
@@ -82,11 +82,11 @@ def _random_config(space: Space, rng: random.Random) -> Config:
     return space.sample(optuna.trial.FixedTrial(values))
 
 
-def engine_defaults(space: Space) -> list[Launch]:
+def engine_defaults(space: Space, free: LocalMemory | None = None) -> list[Launch]:
     """Per engine, its launch at the defaults with the first model that fits (else the first model)."""
     out = []
     for engine in space.m.engines:
-        launches = [launch_of(space, _config_with(space, {"engine": engine, "model": m.name}))
+        launches = [launch_of(space, _config_with(space, {"engine": engine, "model": m.name}), free=free)
                     for m in space.m.models]
         out.append(next((launch for launch in launches if launch.feasible), launches[0]))
     return out
@@ -107,14 +107,14 @@ def _candidates(space: Space, samples: int) -> Iterator[Config]:
         yield _random_config(space, rng)
 
 
-def dead_choices(space: Space, samples: int = 300) -> list[str]:
+def dead_choices(space: Space, samples: int = 300, free: LocalMemory | None = None) -> list[str]:
     """Engines, models and categorical/bool values that no feasible config uses (each a sentence).
     A value counts as used where it is set in a config that passes the fit check (memory and
     context length against the workloads)."""
     alive: dict[str, set[Any]] = {"engine": set(), "model": set()}
     why: dict[tuple[str, str], str] = {}
     for config in _candidates(space, samples):
-        fit = estimate(space, config)
+        fit = estimate(space, config, free)
         if fit is not None and not fit.fits:
             for name, value in config.values.items():
                 why.setdefault((name, repr(value)), fit.detail)
@@ -163,8 +163,13 @@ def previous_records(results_dir: Path, storage: str | None = None) -> list[Tria
 
 
 def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[str]:
-    lines: list[str] = ["# each engine at its defaults:"]
-    for launch in engine_defaults(space):
+    free = free_at_start(space)  # the device's free memory, where this machine is the device
+    lines: list[str] = []
+    if free is not None:
+        lines.append(f"# unified memory: {free.available_gb:.1f} of {free.total_gb:.1f} GB free now on this machine "
+                     "(caps every engine's share below)")
+    lines.append("# each engine at its defaults:")
+    for launch in engine_defaults(space, free):
         state = "feasible" if launch.feasible else "NOT feasible"
         lines += _describe(launch, f"# engine {launch.config.engine} / {launch.config.model} ({state})")
     study = _study(space)
@@ -179,11 +184,11 @@ def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[s
         label = "default" if i == 0 else f"sample {i}"
         header = (f"# trial {i} ({label}): {config.engine} / {config.model}"
                   + (f"; request-side: {request}" if request else ""))
-        launch = launch_of(space, config)
+        launch = launch_of(space, config, free=free)
         lines += _describe(launch, header)
         sampled_s += estimator.trial_s(config.engine) if launch.feasible else 0.0
         study.tell(trial, [0.0] * len(space.m.objectives))
-    dead = dead_choices(space)
+    dead = dead_choices(space, free=free)
     lines += ["# dead choices (no feasible config uses them; remove or fix them):"] + [f"#   {d}" for d in dead] \
         if dead else ["# dead choices: none"]
     lines += estimator.lines(space.m.budget.trials)

@@ -97,6 +97,9 @@ def test_free_memory_is_read_where_the_device_is_this_machine() -> None:
     fit = estimate(s, config_of(s, gpu_memory_utilization=1.0), free)
     assert fit is not None and fit.available_gb == pytest.approx(free.available_gb)
     assert "free at start" in fit.detail
+    from search.dryrun import dry_run
+
+    assert any(line.startswith("# unified memory: ") and "free now on this machine" in line for line in dry_run(s, 1))
     # The DGX Spark of the flagship space is not this machine: nothing is read.
     spark = space(VLLM, {"gpu_memory_utilization": {**cat, "choices": [0.9]}})
     assert free_at_start(spark) is None
