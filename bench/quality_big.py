@@ -93,11 +93,17 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48,
                     help="cap every check's max_tokens (SmolLM2 rambles to the limit; 0: the suite's own)")
     ap.add_argument("--max-lost", type=int, default=1)
-    ap.add_argument("--min-answer-match", type=float, default=0.6)
+    ap.add_argument("--min-answer-match", type=float, default=0.3)
     ap.add_argument("--max-kl", type=float, default=0.05)
     ap.add_argument("--only", help="run only configs whose label contains this text")
     ap.add_argument("--out", default=str(ROOT / "bench" / "data" / "quality_big.json"))
+    ap.add_argument("--report", help="print the table of an earlier run's raw JSON under these criteria")
+    ap.add_argument("--no-match", action="store_true", help="--report: leave min_answer_match out")
     args = ap.parse_args()
+    if args.report:
+        rows = json.loads(Path(args.report).read_text())["rows"]
+        print(table(rows, args.max_lost, args.max_kl, None if args.no_match else args.min_answer_match))
+        return
     good = setup_paths.smollm2_gguf()
     suite = args.suite
     if args.max_tokens:  # the same checks, answers capped (and allowed to be cut): a scaled-down run
@@ -150,14 +156,30 @@ def main() -> None:
     print(f"\nsuite {args.suite}: reference passes {sum(c['passed'] for c in ref.checks)}/{len(ref.checks)}; "
           f"criteria max_lost {args.max_lost}, min_answer_match {args.min_answer_match}, max_kl {args.max_kl}; "
           f"load average {load_before[0]:.1f} -> {load_after[0]:.1f}")
-    print("| config | verdict | score (ref) | lost | answer match | greedy exact | mean KL | why |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        why = "; ".join(r["violations"]) or (r["fatal"] or "-")
-        print(f"| {r['config']} | {r['verdict']} | {r['score']:.2f} ({r['reference_score'] or 0:.2f}) | "
-              f"{len(r['lost'] or [])} | {r['answer_match'] or 0:.2f} | {r['agreement_exact'] or 0:.2f} | "
-              f"{r['kl'] or 0:.4f} | {why[:120]} |")
+    print(table(rows, args.max_lost, args.max_kl, args.min_answer_match))
 
+
+def table(rows: list[dict[str, Any]], max_lost: int, max_kl: float, min_match: float | None) -> str:
+    """Markdown rows, each config judged by the given criteria from its raw measurements (so one run
+    can be read under several criteria: --report FILE)."""
+    crit = f"lost <= {max_lost}, KL <= {max_kl}" + (f", match >= {min_match}" if min_match is not None else "")
+    out = [f"| config | verdict ({crit}) | score (reference) | lost | answer match | greedy exact | mean KL |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        why = []
+        if r["fatal"]:
+            why.append(r["fatal"].split(":")[0])
+        if len(r["lost"] or []) > max_lost:
+            why.append(f"lost {len(r['lost'])}")
+        if (r["kl"] or 0) > max_kl:
+            why.append(f"KL {r['kl']:.3f}")
+        if min_match is not None and (r["answer_match"] or 0) < min_match:
+            why.append(f"match {r['answer_match']:.2f}")
+        verdict = "FLAGGED: " + ", ".join(why) if why else "pass"
+        out.append(f"| {r['config']} | {verdict} | {r['score']:.2f} ({r['reference_score'] or 0:.2f}) | "
+                   f"{len(r['lost'] or [])} | {r['answer_match'] or 0:.2f} | {r['agreement_exact'] or 0:.2f} | "
+                   f"{r['kl'] or 0:.4f} |")
+    return "\n".join(out)
 
 if __name__ == "__main__":
     main()
