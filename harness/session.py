@@ -67,7 +67,8 @@ class RunningConfig:
 
     @property
     def command(self) -> str:
-        return self.spec.command_line()
+        # The launcher's spec: it carries what only the start learns (a Docker image's digest).
+        return self.server.spec.command_line()
 
     def alive(self) -> bool:
         return self.server.returncode() is None

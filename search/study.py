@@ -40,7 +40,7 @@ from harness.session import (
 )
 from search.curves import add_curve_summaries
 from search.estimate import Estimator
-from search.memory_fit import estimate
+from search.memory_fit import LocalMemory, estimate, free_at_start
 from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
@@ -87,6 +87,7 @@ class StudyRunner:
         self.budget_s = budget_s  # wall time: no trial is started that the estimate says cannot finish
         self.deadline: float | None = None
         self.estimator = Estimator(space, stored_records(self.study))
+        self._free_memory: LocalMemory | None = None
         self._known_in_a_row = 0
         self._reference_answers: ReferenceAnswers | None = None
         self._rooflines: dict[str, Roofline | None] = {}
@@ -111,6 +112,7 @@ class StudyRunner:
         second run of the same study resumes, and several workers share one budget)."""
         self.total = n_trials or self.space.m.budget.trials
         self.deadline = time.monotonic() + self.budget_s if self.budget_s else None
+        self._free_memory = free_at_start(self.space)  # unified memory: what the OS leaves us, read once
         fail_trials_of_dead_workers(self.study, self.space.default_config())
         requeue_interrupted(self.study)
         if counted_trials(self.study) >= self.total:
@@ -241,7 +243,7 @@ class StudyRunner:
                 self.study.stop()
                 self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
                 raise SkipTrial(self.stop_reason)
-        fit = estimate(self.space, config)
+        fit = estimate(self.space, config, self._free_memory)
         if fit is not None and not fit.fits:
             self.reporter.phase(f"not launched: cannot fit ({fit.detail})")
             raise TrialFailed(Failure(Cause.WONT_FIT, f"rejected before launch: {fit.detail}"))
