@@ -31,9 +31,9 @@ from optuna.trial import TrialState
 
 from harness import setup_paths
 from harness.launch import registry
+from search.recovery import interrupted_records
 from search.results import read_record
 from search.space import parse_space
-from search.recovery import interrupted_records
 from search.study import RECORD_ATTR, StudyRunner, default_storage
 
 pytestmark = pytest.mark.e2e
