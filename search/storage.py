@@ -71,8 +71,11 @@ def stored_records(study: optuna.Study) -> list[TrialRecord]:
 
 
 def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
-    """Finished trials that count in the budget (duplicates and skips do not)."""
-    states = [OptunaState.COMPLETE, OptunaState.FAIL, OptunaState.PRUNED]
+    """Finished trials that count in the budget. Duplicates and skips do not (they cost no start),
+    nor interrupted trials (FAIL: the search died or was stopped during them): each is re-run once
+    on resume and that re-run counts, so a search killed during its last trial still re-runs it
+    (counting both left the re-run queued forever and the study one result short)."""
+    states = [OptunaState.COMPLETE, OptunaState.PRUNED]
     if with_running:
         states.append(OptunaState.RUNNING)
     return sum(1 for t in study.get_trials(deepcopy=False, states=tuple(states))
