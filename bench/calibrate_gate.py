@@ -220,7 +220,7 @@ def analyze(paths: list[Path], caps: list[int], runs_list: list[int]) -> str:
              f"{data['runs_per_start']} runs per start, started {data['started']}; load average (1 min) "
              f"{min(loads):.1f}..{max(loads):.1f}, median {np.median(loads):.1f}", "",
              "| arm | starts | tok/s (geo. mean) | change vs A, all rounds (95% CI) | sd between starts | "
-             "sd run to run | excluded stalls | s per start |", "|---|---|---|---|---|---|---|---|"]
+             "sd run to run | excluded stalls | warmup converged | s per start |", "|---" * 9 + "|"]
     for name, rows in arms_.items():
         vc = variance_components([r["runs"] for r in rows.values()])
         geo = math.exp(float(np.mean([np.mean(np.log(r["runs"])) for r in rows.values()])))
@@ -232,10 +232,12 @@ def analyze(paths: list[Path], caps: list[int], runs_list: list[int]) -> str:
             change = "-"
         excluded = sum(len(r.get("excluded", [])) for r in rows.values())
         secs = np.mean([r.get("seconds", 0) for r in rows.values()])
+        conv = sum(bool(r.get("converged")) for r in rows.values())
         lines.append(f"| {name} | {len(rows)} | {geo:.2f} | {change} | {100 * vc.sd_between:.1f}% | "
-                     f"{100 * vc.sd_within:.1f}% | {excluded} | {secs:.1f} |")
+                     f"{100 * vc.sd_within:.1f}% | {excluded} | {conv}/{len(rows)} | {secs:.1f} |")
     vc = variance_components([r["runs"] for r in base.values()])
-    secs = float(np.mean([r.get("seconds", 0) for r in base.values()]))
+    timed = [r.get("seconds", 0) for r in base.values() if not r.get("quality")] or [0.0]  # quality: not a cost
+    secs = float(np.mean(timed))
     run_s = data["max_tokens"] / math.exp(float(np.mean([np.mean(np.log(r["runs"])) for r in base.values()])))
     overhead = max(0.0, secs - data["runs_per_start"] * run_s)  # start, warmups, stop: paid once per start
     p_star = sequential_p_threshold(tuple(range(3, 21)))
@@ -353,6 +355,62 @@ def simulate_errors(rates: list[float], requests: list[int], trials: int, seed: 
     return "\n".join(lines)
 
 
+def gpu_replay(path: Path, caps: list[int], runs_list: list[int]) -> str:
+    """The sequential gate replayed on the H100 calibration runs (bench/data/gpu_calib_h100.csv: each
+    round starts every config once, 4 one-stream runs per start). Independent blocks of rounds within
+    each run; A/A = the default's two labels (base.1 vs base.2) of the same rounds; "5% shift" = the
+    same with B's runs x 0.95 (real noise, a known change); real pairs = another config vs the default."""
+    import csv
+
+    starts: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    for row in csv.DictReader(path.open()):
+        if row["status"] != "ok":
+            continue
+        by_round = starts.setdefault(row["run"], {}).setdefault(row["label"], {})
+        cell = by_round.setdefault(int(row["start"]), {"runs": [], "t": []})
+        cell["runs"].append(float(row["tok_s"]))
+        cell["t"].append(float(row["unix_time"]))
+    for labels in starts.values():
+        for rounds in labels.values():
+            for cell in rounds.values():
+                cell["seconds"] = max(cell["t"]) - min(cell["t"]) + 1.0  # + about a second to start
+    comparisons: dict[str, list[tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]]] = {}
+    for run, labels in sorted(starts.items()):
+        base = labels.get("base.1") or labels.get("base")
+        if base is None:
+            continue
+        if "base.2" in labels:
+            comparisons.setdefault("A/A (default vs default)", []).append((base, labels["base.2"]))
+            shifted = {k: {**v, "runs": [x * 0.95 for x in v["runs"]]} for k, v in labels["base.2"].items()}
+            comparisons.setdefault("default vs default x 0.95", []).append((base, shifted))
+        for label, rounds in labels.items():
+            if not label.startswith("base"):
+                comparisons.setdefault(f"{label} (run {run})", []).append((base, rounds))
+    lines = [f"{path.name}: sequential gate (looks at 3..cap starts per side, alpha 0.02, min effect 3%) on "
+             "independent blocks of rounds", "",
+             "| comparison | true change (all rounds) | cap | runs/start | reps | regressed | improved | unchanged | "
+             "inconclusive | mean starts/side | mean min per rep |", "|---" * 11 + "|"]
+    for name, pairs in comparisons.items():
+        a_all = [r["runs"] for a, b in pairs for k, r in a.items() if k in b]
+        b_all = [r["runs"] for a, b in pairs for k, r in b.items() if k in a]
+        truth = compare_starts(f"single.{METRIC}", a_all, b_all)
+        true_txt = f"{truth.change_pct:+.1f}% ({100 * (truth.ci_low - 1):+.1f}..{100 * (truth.ci_high - 1):+.1f})"
+        for cap in caps:
+            for runs in runs_list:
+                reps = [r for a, b in pairs for r in replay(a, b, cap, runs)]
+                n = len(reps)
+                count = {k: sum(r["verdict"] == k for r in reps) for k in ("regressed", "improved", "unchanged",
+                                                                           "inconclusive")}
+                aa = name.startswith("A/A") or truth.ci_low <= 1 <= truth.ci_high
+                mean_starts = np.mean([r["starts"] for r in reps]) if reps else math.nan
+                mean_min = np.mean([r["seconds"] for r in reps]) / 60 if reps else math.nan
+                lines.append(f"| {name} | {true_txt} | {cap} | {runs} | {n} | "
+                             f"{fmt_rate(count['regressed'], n, aa)} | {fmt_rate(count['improved'], n, True)} | "
+                             f"{count['unchanged']}/{n} | {count['inconclusive']}/{n} | {mean_starts:.1f} | "
+                             f"{mean_min:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -381,6 +439,10 @@ def main() -> int:
     e.add_argument("--rates", default="0.005,0.02,0.1")
     e.add_argument("--requests", default="100,1000")
     e.add_argument("--trials", type=int, default=2000)
+    g = sub.add_parser("gpu", help="replay the gate on the H100 calibration CSV")
+    g.add_argument("path", nargs="?", default=str(REPO / "bench" / "data" / "gpu_calib_h100.csv"))
+    g.add_argument("--caps", default="6,10")
+    g.add_argument("--runs", default="1,4")
     args = p.parse_args()
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
     if args.cmd == "measure":
@@ -389,6 +451,8 @@ def main() -> int:
         print(analyze([Path(args.out)], [6, 10], sorted({1, args.runs})))
     elif args.cmd == "analyze":
         print(analyze([Path(x) for x in args.paths], ints(args.caps), ints(args.runs)))
+    elif args.cmd == "gpu":
+        print(gpu_replay(Path(args.path), ints(args.caps), ints(args.runs)))
     elif args.cmd == "errors":
         print(simulate_errors([float(x) for x in args.rates.split(",")], ints(args.requests), args.trials))
     else:
