@@ -153,9 +153,8 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
     events = Events(hook)
     runner = runner_for(tmp_path, throttled_space("confirm"), events)
     box.append(runner)
-    # The default is frozen half the time while it is measured, so in the ranking an equivalent
-    # config (batch 512: generation speed does not depend on it) looks ~2x the default and the
-    # throttled one (~0.6x) looks better than the default too.
+    # The default is frozen half the time while it is measured (stall detection re-measures some of
+    # it), so in the ranking the throttled config (~0.6x in truth) looks better than the default.
     runner.study.enqueue_trial({"engine": "llamacpp", "batch_size": 512})
     runner.study.enqueue_trial({"engine": "throttled", "batch_size": 2048})
     try:
@@ -164,7 +163,8 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
         hook.end()
     view = load_view(runner.study)
     ranked = {r.number: view.ratio_to_default(r) for r in view.records}
-    assert ranked[1] is not None and ranked[1] > 1.2, f"the stall should have misled the ranking: {ranked}"
+    # The truly slower config must have looked better than the stalled default: the ranking is misled.
+    assert ranked[2] is not None and ranked[2] > 1.0, f"the stall should have misled the ranking: {ranked}"
 
     result = confirm_study(runner.study, runner.space, tmp_path / "confirm", top_k=2, max_rounds=5,
                            progress=events.phase)
