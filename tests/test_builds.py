@@ -91,7 +91,8 @@ def test_parse_build_kinds() -> None:
 
 
 def test_git_ref_build_is_resolved_cached_and_rebuilt_when_the_ref_moves(repo: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
     v1_commit = git(repo, "rev-parse", "v1^{commit}")
     seen: list[str] = []
@@ -123,6 +124,14 @@ def test_git_ref_build_is_resolved_cached_and_rebuilt_when_the_ref_moves(repo: P
     assert len(listed) == 2 and all(c.size_bytes > 0 for c in listed.values())
     manifest = json.loads((Path(first.python).parent.parent / builds.READY).read_text())
     assert manifest["packages"]["fakeengine"] == "1.0"
+
+    # The command lists the same builds, with exact versions and sizes.
+    from search.cli import main
+
+    assert main(["builds", "list", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert sorted(Path(b["path"]).name for b in shown) == sorted(listed)
+    assert {b["dist_version"] for b in shown} == {"1.0", "2.0"}
 
     # prune: keep the newest, remove the other; --all removes everything.
     keep = Path(moved.python).parent.parent.name

@@ -70,3 +70,19 @@ def test_plot_trend_writes_a_png(tmp_path: Path) -> None:
     rows = series_rows([100, 101, 99, 100, 90, 91, 89, 90])
     out = history.plot_history(rows, "w.output_tok_s", tmp_path / "trend.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_history_command_prints_flags_a_drift_and_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from search.cli import main
+
+    rng = np.random.default_rng(4)
+    values = list(100 + rng.normal(0, 1.0, 8)) + list(85 + rng.normal(0, 1.0, 8))
+    for v in values:
+        history.append(history.rows_from_report(report(v, v / 100), "nightly-x", "nightly", "c"), "nightly-x",
+                       tmp_path)
+    code = main(["history", "nightly-x", "--dir", str(tmp_path), "--export", str(tmp_path / "h.csv"),
+                 "--plot", str(tmp_path / "h.png")])
+    out = capsys.readouterr().out
+    assert code == 1 and "DRIFT" in out and "change points at run(s) 8" in out
+    assert len(pd.read_csv(tmp_path / "h.csv")) == 16 and (tmp_path / "h.png").stat().st_size > 0
+    assert main(["history", "no-such-baseline", "--dir", str(tmp_path)]) == 2
