@@ -60,15 +60,16 @@ class Config:
     cache_v: str = "f16"
     parallel: int = 4
     ngl: int = 99
+    extra: tuple[str, ...] = ()  # any other llama-server flags, e.g. ("-t", "2")
 
     @property
     def name(self) -> str:
         return (f"fa={self.fa} b={self.batch} ub={self.ubatch} kv={self.cache_k}/{self.cache_v} "
-                f"np={self.parallel} ngl={self.ngl}")
+                f"np={self.parallel} ngl={self.ngl}" + "".join(f" {x}" for x in self.extra))
 
     def args(self) -> list[str]:
         return ["-fa", self.fa, "-b", str(self.batch), "-ub", str(self.ubatch), "--cache-type-k", self.cache_k,
-                "--cache-type-v", self.cache_v, "-np", str(self.parallel), "-ngl", str(self.ngl)]
+                "--cache-type-v", self.cache_v, "-np", str(self.parallel), "-ngl", str(self.ngl), *self.extra]
 
 
 def table_plan() -> list[Config]:
@@ -90,6 +91,9 @@ NAMED: dict[str, Config] = {  # short names for --plan calib
     "np1": Config(parallel=1),
     "ngl22": Config(ngl=22),
     "faoff": Config(fa="off"),
+    "kvbf16": Config(cache_k="bf16", cache_v="bf16"),
+    "t2": Config(extra=("-t", "2")),
+    "poll0": Config(extra=("--poll", "0")),
 }
 
 
