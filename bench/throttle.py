@@ -8,6 +8,13 @@ wall time whatever else the machine is doing. That is a known, settable, real sl
 the regression gate against (5% and 10%), unlike `--threads 1` vs 2, whose size and even sign change
 with the load other processes put on a 2-core machine.
 
+**Under contention the freeze is not a slowdown**: a process stopped and continued every 100 ms is a
+sleeper to the Linux scheduler, which favours it when it wakes, so on a busy machine it wins back
+what the freeze cost (measured: docs/calibration.md). `--stretch` is the load-independent
+alternative: the child gets another port and this wrapper serves the command's `--port` as a proxy
+that delivers every response byte (1 / (1 - f)) times later than it arrived, counted from the
+request: time to first token and every gap stretched, throughput x (1 - f), whatever the load.
+
 With `--stall-s S`, each SIGUSR1 sent to this wrapper freezes the child once for S seconds: an
 injected stall (a compile, a cache fill, a frozen neighbour) at a moment the caller chooses.
 
@@ -19,16 +26,77 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def stretch_proxy(host: str, port: int, upstream: int, fraction: float) -> None:
+    """Serve host:port, forward to host:upstream; responses delayed to t0 + (t - t0) / (1 - f), where
+    t0 is when the client last sent bytes (a request) and t when the response bytes arrived."""
+    scale = 1.0 / (1.0 - fraction)
+    listener = socket.create_server((host, port), reuse_port=False)
+
+    def connection(client: socket.socket) -> None:
+        try:
+            server = socket.create_connection((host, upstream))
+        except OSError:
+            client.close()
+            return
+        t0 = [time.monotonic()]
+        arrived: queue.Queue[tuple[float, bytes]] = queue.Queue()
+
+        def upstream_reader() -> None:
+            with contextlib.suppress(OSError):
+                while data := server.recv(65536):
+                    arrived.put((time.monotonic(), data))
+            arrived.put((time.monotonic(), b""))
+
+        def client_writer() -> None:
+            while True:
+                t, data = arrived.get()
+                time.sleep(max(0.0, t0[0] + (t - t0[0]) * scale - time.monotonic()))
+                if not data:
+                    break
+                try:
+                    client.sendall(data)
+                except OSError:
+                    break
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=upstream_reader, daemon=True).start()
+        writer = threading.Thread(target=client_writer, daemon=True)
+        writer.start()
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                t0[0] = time.monotonic()
+                server.sendall(data)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+        writer.join()
+        client.close()
+        server.close()
+
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=connection, args=(conn,), daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") < 1:
-        print("usage: throttle.py FRACTION [--period-ms MS] [--stall-s S] -- COMMAND ...", file=sys.stderr)
+        print("usage: throttle.py FRACTION [--period-ms MS | --stretch] [--stall-s S] -- COMMAND ...",
+              file=sys.stderr)
         return 2
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
@@ -38,6 +106,16 @@ def main(argv: list[str]) -> int:
     if not 0 <= fraction < 1 or not command:
         print("throttle.py: FRACTION must be in [0, 1) and a command is needed", file=sys.stderr)
         return 2
+    stretch = "--stretch" in opts
+    if stretch:
+        if "--port" not in command:
+            print("throttle.py: --stretch needs the command's --port", file=sys.stderr)
+            return 2
+        at = command.index("--port") + 1
+        host = command[command.index("--host") + 1] if "--host" in command else "127.0.0.1"
+        port, upstream = int(command[at]), free_port(host)
+        command = [*command[:at], str(upstream), *command[at + 1:]]
+        threading.Thread(target=stretch_proxy, args=(host, port, upstream, fraction), daemon=True).start()
     child = subprocess.Popen(command)
     done = threading.Event()
 
@@ -66,7 +144,7 @@ def main(argv: list[str]) -> int:
     def duty_cycle() -> None:
         while not done.is_set() and child.poll() is None:
             time.sleep(period * (1 - fraction))
-            if fraction == 0 or done.is_set():
+            if fraction == 0 or stretch or done.is_set():
                 continue
             with freeze:
                 try:

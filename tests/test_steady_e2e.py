@@ -92,3 +92,24 @@ def test_a_frozen_server_mid_run_is_measured_again(frozen_llama: ProcessServer) 
     for s in wm.counted:
         worst = max([r.ttft_s or 0.0 for r in s.requests] + [g for r in s.requests for g in r.chunk_gaps_s])
         assert worst < 1.5
+
+
+def test_a_stretched_server_streams_intact_through_the_proxy(tmp_path: Path) -> None:
+    """bench/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
+    proxy: readiness, the stream, its usage and the server's metrics all pass through it."""
+    binary = setup_paths.llama_server()
+    port = free_port()
+    argv = (sys.executable, str(THROTTLE), "0.3", "--stretch", "--", str(binary), "-m", smollm2_gguf().path,
+            "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--metrics")
+    server = get_launcher("process").start(LaunchSpec(engine="llamacpp", argv=argv, host="127.0.0.1", port=port,
+                                                      ready_timeout_s=60.0), tmp_path / "llama.log")
+    try:
+        wait_ready(server, "/health", 60.0)
+        wm = asyncio.run(measure_workload(get_engine("llamacpp"), server.spec.base_url, "m",
+                                          WorkloadSpec("w", ("qa",), max_tokens=16), 2, True, 120.0, [],
+                                          lambda _: None))
+    finally:
+        server.stop()
+    assert wm.errors == 0 and len(wm.counted) == 2
+    assert all(r.output_tokens == 16 and r.ttft_s for s in wm.counted for r in s.requests)
+    assert all(s.metrics_error is None and s.server.get("generation_tokens") == 16 for s in wm.counted)
