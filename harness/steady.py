@@ -30,7 +30,7 @@ class MeasurePolicy:
     until the metric's 95% interval is within +-target_ci or `max_repeats` / `time_cap_s` is hit."""
 
     metric: str = "output_tok_s"
-    max_warmups: int = 4
+    max_warmups: int = 3  # each one past the second costs a run when the machine is noisy
     warmup_tolerance: float = 0.10
     stall_factor: float = 3.0
     gap_factor: float = 10.0

@@ -266,7 +266,7 @@ class MeasureModel(Strict):
     repeats: int = Field(default=3, ge=1)  # counted runs at least (stalled runs are re-measured)
     warmup: bool = True
     request_timeout_s: float = Field(default=300.0, gt=0)
-    max_warmups: int = Field(default=4, ge=1)  # warm up until two runs agree, at most this many
+    max_warmups: int = Field(default=3, ge=1)  # warm up until two runs agree, at most this many
     warmup_tolerance: float = Field(default=0.10, gt=0, lt=1)
     stall_factor: float = Field(default=3.0, gt=1)
     max_remeasure: int = Field(default=2, ge=0)
