@@ -81,7 +81,10 @@ def parse_vllm_bench(data: dict[str, Any]) -> dict[str, float]:
 
 # ---- AIPerf (profile_export_aiperf.json) -----------------------------------------------------
 
-_AIPERF = (("time_to_first_token", "ttft"), ("inter_token_latency", "itl"), ("request_latency", "e2e"))
+# AIPerf's inter_token_latency is per request (e2e - ttft) / (out - 1): our TPOT; its
+# inter_chunk_latency is the gap between streamed chunks: our ITL.
+_AIPERF = (("time_to_first_token", "ttft"), ("inter_token_latency", "tpot"), ("inter_chunk_latency", "itl"),
+           ("request_latency", "e2e"))
 
 
 def _aiperf_metric(data: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -104,21 +107,22 @@ def parse_aiperf(data: dict[str, Any]) -> dict[str, float]:
         scale = 0.001 if str(rec.get("unit", "ms")).startswith("ms") else 1e-9 if rec.get("unit") == "ns" else 1.0
         for q in QUANTILES:
             _put(m, f"{ours}_p{q}_s", rec.get(f"p{q}"), scale)
-        if ours == "itl":  # ITL per request is what vLLM calls TPOT: (e2e - ttft) / (out - 1)
-            for q in QUANTILES:
-                if f"itl_p{q}_s" in m:
-                    m[f"tpot_p{q}_s"] = m[f"itl_p{q}_s"]
     count = _aiperf_metric(data, "request_count")
     if count is not None:
         _put(m, "requests", count.get("avg"))
     errors = _aiperf_metric(data, "error_request_count")
     m["errors"] = float((errors or {}).get("avg") or 0.0)
+    if not m["errors"] and isinstance(data.get("error_summary"), list):  # [{..., "count": n}]
+        m["errors"] = float(sum(int(e.get("count") or 1) for e in data["error_summary"] if isinstance(e, dict)))
     if "requests" in m:
         m["requests"] += m["errors"]
-    for name, key in (("output_sequence_length", "output_tokens"), ("input_sequence_length", "prompt_tokens")):
-        rec = _aiperf_metric(data, name)
-        if rec is not None and isinstance(rec.get("avg"), (int, float)) and "requests" in m:
-            m[key] = float(rec["avg"]) * (m["requests"] - m["errors"])
+    # AIPerf counts tokens with its own tokenizer (total_osl); the server's usage is kept apart.
+    for name, key in (("total_output_tokens", "output_tokens"), ("total_isl", "prompt_tokens"),
+                      ("benchmark_duration", "duration_s")):
+        if (rec := _aiperf_metric(data, name)) is not None:
+            _put(m, key, rec.get("avg"))
+    if (rec := _aiperf_metric(data, "usage_completion_tokens")) is not None:
+        _put(m, "server_output_tokens", rec.get("sum"))
     return m
 
 
