@@ -13,7 +13,6 @@ metric is settled at the plan's error rates, `rounds` being the cap.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import shlex
@@ -23,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.engines import EngineSettings, ModelChoice
+from harness.failure import Cause, TrialFailed
 from harness.fingerprint import MATERIAL, material_differences
-from harness.quality import run_suite
-from harness.session import LaunchFailed, MeasureSettings, RunningConfig, measure_running, model_id_of, start_config
+from harness.quality import QualityModel
+from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
 from harness.workloads import WorkloadSpec
 from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, GateReport, MetricVerdict, compare
 from search.sequential import MIN_STARTS, compare_errors, compare_quality, compare_starts, settled
 from search.space import Config, Space
-from search.study import free_port
 
 Progress = Callable[[str], None]
 
@@ -161,20 +160,20 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
                     work_dir: Path, quality_suite: str | None = None, restart: bool = True,
                     progress: Progress = _quiet, stop: StopRule | None = None) -> ABRun:
     """Measure A and B in alternating order for `rounds` rounds (or until `stop` gives a reason).
-    Never leaves a server running."""
+    Each side runs through its own harness.session.Session (so `restart=False` keeps both servers);
+    no server outlives the call."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     sides = {"A": (a, SideResult(a.label)), "B": (b, SideResult(b.label))}
     run = ABRun(sides["A"][1], sides["B"][1], 0)
-    fp_cache: dict[str, dict[str, Any]] = {}
-    running: dict[str, RunningConfig] = {}
+    sessions = {key: Session(progress, keep_server=not restart) for key in sides}
     try:
         for rnd in range(rounds):
             for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
                 subject, result = sides[key]
                 progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
                 error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
-                                  running, fp_cache, restart, progress)
+                                  sessions[key], restart)
                 run.order.append(key)
                 if error:
                     run.errors.append(error)
@@ -186,62 +185,51 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
                 progress(reason)
                 break
     finally:
-        for r in running.values():
-            r.stop()
+        for session in sessions.values():
+            session.close()
     return run
 
 
 def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
-              measure: MeasureSettings, work_dir: Path, quality_suite: str | None,
-              running: dict[str, RunningConfig], fp_cache: dict[str, dict[str, Any]], restart: bool,
-              progress: Progress) -> str | None:
-    server = running.get(key)
-    if server is None or not server.alive():
-        log_path = work_dir / f"{key}-round{rnd + 1:02d}.log"
-        try:
-            server = start_config(subject.settings, subject.model, subject.flags, subject.env,
-                                  free_port(subject.settings.host), log_path, progress, fp_cache)
-        except LaunchFailed as exc:
-            line = deciding_line(exc)
-            result.command = result.command or exc.command
-            result.failure = {"side": key, "round": rnd + 1, "command": exc.command, "cause": exc.cause,
-                              "line": line, "log": str(log_path)}
-            return f"{key} did not start in round {rnd + 1}: {exc.cause}: {line}"
-        running[key] = server
-        result.log_paths.append(str(log_path))
-        result.add("startup.ready_s", server.ready_s)
-        if not result.startup:
-            result.startup = asdict(server.startup)
-            result.fingerprint = dict(server.fingerprint)
-            result.command = server.command
+              measure: MeasureSettings, work_dir: Path, quality_suite: str | None, session: Session,
+              restart: bool) -> str | None:
+    """One side's turn in a round: Session.run, then its values added to the side's samples."""
+    log_dir = work_dir / f"{key}-round{rnd + 1:02d}"
+    request = RunRequest(subject.settings, subject.model, subject.flags, subject.env, log_dir, fresh=restart)
+    quality = (QualityPlan(QualityModel(suite=quality_suite), None, measure.request_timeout_s)
+               if quality_suite and result.quality is None else None)
     try:
-        measured = measure_running(server, workloads, measure, progress)
-        if not server.alive():
-            cause, line = server.crash_cause()
-            return f"{key} ({subject.label}) {cause} in round {rnd + 1}: {line}"
-        for wname, wm in measured.items():
-            for metric, stat in wm.summary.items():
-                if metric != "errors":  # per run; the round's count of failed requests is below
-                    result.add(f"{wname}.{metric}", stat.median)
-            for metric in {k for s in wm.counted for k in s.metrics} - {"errors", "requests"}:
-                values = [s.metrics[metric] for s in wm.counted if metric in s.metrics]
-                result.runs.setdefault(f"{wname}.{metric}", []).append(values)
-            result.add(f"{wname}.errors", float(wm.errors))
-            result.add(f"{wname}.requests", float(sum(s.metrics.get("requests", 0.0) for s in wm.samples)))
-            result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
-            result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
-        if quality_suite and result.quality is None:
-            progress(f"checking quality ({quality_suite}) on {key}")
-
-            async def check() -> dict[str, Any]:
-                model_id = await model_id_of(server.base_url)
-                return (await run_suite(server.base_url, model_id, quality_suite, measure.request_timeout_s)).to_dict()
-
-            result.quality = asyncio.run(check())
-    finally:
-        if restart:
-            server.stop()
-            running.pop(key, None)
+        measured = session.run(request, workloads, measure, quality)
+    except LaunchFailed as exc:
+        line = deciding_line(exc)
+        result.command = result.command or exc.command
+        result.failure = {"side": key, "round": rnd + 1, "command": exc.command, "cause": exc.cause,
+                          "line": line, "log": exc.log_path or str(log_dir / "server.log")}
+        return f"{key} did not start in round {rnd + 1}: {exc.cause}: {line}"
+    except TrialFailed as exc:
+        if exc.failure.cause != Cause.DEGENERATE_OUTPUT or not isinstance(exc.partial, Measurement):
+            return f"{key} ({subject.label}) {exc.cause} in round {rnd + 1}: {exc.detail}"
+        measured = exc.partial  # garbage answers are a quality result here, judged against the other side
+    if not measured.reused_server:
+        result.log_paths.append(measured.log_path)
+        result.add("startup.ready_s", measured.ready_s)
+        if not result.startup:
+            result.startup = asdict(measured.startup)
+            result.fingerprint = dict(measured.fingerprint)
+            result.command = measured.command
+    for wname, wm in measured.workloads.items():
+        for metric, stat in wm.summary.items():
+            if metric != "errors":  # per run; the round's count of failed requests is below
+                result.add(f"{wname}.{metric}", stat.median)
+        for metric in {k for s in wm.counted for k in s.metrics} - {"errors", "requests"}:
+            values = [s.metrics[metric] for s in wm.counted if metric in s.metrics]
+            result.runs.setdefault(f"{wname}.{metric}", []).append(values)
+        result.add(f"{wname}.errors", float(wm.errors))
+        result.add(f"{wname}.requests", float(sum(s.metrics.get("requests", 0.0) for s in wm.samples)))
+        result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
+        result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
+    if measured.quality is not None:
+        result.quality = measured.quality.to_dict()
     return None
 
 
@@ -249,18 +237,12 @@ def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: Meas
                   work_dir: Path, quality_suite: str | None = None, progress: Progress = _quiet) -> SideResult:
     """One config, `rounds` fresh server starts (the sample unit a baseline file stores)."""
     result = SideResult(subject.label)
-    fp_cache: dict[str, dict[str, Any]] = {}
-    running: dict[str, RunningConfig] = {}
-    try:
+    with Session(progress, keep_server=False) as session:
         for rnd in range(rounds):
             progress(f"round {rnd + 1}/{rounds}")
-            error = _one_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, running,
-                              fp_cache, True, progress)
+            error = _one_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, session, True)
             if error:
                 raise LaunchFailed("measure", error, [], subject.label)
-    finally:
-        for r in running.values():
-            r.stop()
     return result
 
 

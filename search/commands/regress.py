@@ -15,7 +15,16 @@ from typing import Any
 from harness.builds import build_kwargs, describe, option_build, stamp
 from harness.fingerprint import material_differences
 from harness.session import LaunchFailed, MeasureSettings
-from search.ab import ABRun, Subject, measure_alone, report_from_run, run_interleaved, subject_from
+from search.ab import (
+    ABRun,
+    SequentialPlan,
+    Subject,
+    measure_alone,
+    report_from_run,
+    run_interleaved,
+    sequential_stop,
+    subject_from,
+)
 from search.baseline import (
     Baseline,
     baseline_from_study,
@@ -240,8 +249,12 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
     work.mkdir(parents=True, exist_ok=True)
     workloads = space.workload_specs(dict(a.request))
+    # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
+    # side), with the sequential boundary that keeps the false-alarm rate at alpha over all looks.
+    plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha)
     run = run_interleaved(a, b, workloads, _measure_settings(space, args.repeats), args.rounds, work,
-                          space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet))
+                          space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet),
+                          stop=sequential_stop(plan) if gated else None)
     return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
 
 
@@ -314,8 +327,9 @@ def _claim_metric(leaf: str, workloads: list[str], chosen: str | None) -> str:
 # ---- argparse -----------------------------------------------------------------------------------
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds; each side starts once per round "
-                                                          "(default 6)")
+    p.add_argument("--rounds", type=int, default=6, help="at most this many interleaved rounds (each side starts "
+                                                          "once per round); stops earlier once every gated "
+                                                          "metric is settled (default 6)")
     p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
     p.add_argument("--min-effect", type=float, default=None if p.prog.endswith("regress") else DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that matters (default {DEFAULT_MIN_EFFECT})")
