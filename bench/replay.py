@@ -46,7 +46,8 @@ from search.stopping import study_should_stop
 
 MEASURE_COLUMNS = {"concurrency", "start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s",
                    "stream_tok_s", "errors", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at",
-                   "tok_s", "ttft_s", "load", "card", "host", "notes", "wall_s", "excluded"}
+                   "excluded", "tok_s", "ttft_s", "decode_tok_s", "output_tokens", "wall_s", "load", "card", "machine",
+                   "unix_time", "note", "notes", "label", "plan", "config", "host"}
 Config = tuple[Any, ...]
 
 
@@ -79,6 +80,13 @@ class Table:
     def curves_or_failed(self) -> set[Config]:
         return set(self.points) | self.failed
 
+    @property
+    def noise(self) -> float:
+        """The table's own noise floor: median relative half-width of its points' CIs."""
+        widths = [(p.ci_high - p.ci_low) / (2 * p.median) for pts in self.points.values() for p in pts.values()
+                  if p.median > 0]
+        return float(np.median(widths)) if widths else 0.03
+
     def curve(self, config: Config) -> dict[int, Point] | None:
         return None if config in self.failed else self.points.get(config)
 
@@ -99,11 +107,15 @@ def _ordered(values: set[Any]) -> list[Any]:
         return sorted(values, key=str)
 
 
-def load_table(path: Path, metric: str = "output_tok_s", concurrency: str = "concurrency") -> Table:
-    """A tidy CSV, one row per measured run: config columns, `concurrency`, `status`, `metric`."""
+def load_table(path: Path, metric: str | None = None, level: str | None = None) -> Table:
+    """A tidy CSV, one row per measured run: config columns, the load level (`concurrency`, or
+    `load` in the GPU table), `status`, the metric (`output_tok_s`, or `tok_s`); warmup runs
+    (repeat -1) and runs with request errors are left out; repeats of every start are pooled."""
     with path.open() as f:
         rows = list(csv.DictReader(f))
-    params = [c for c in rows[0] if c not in MEASURE_COLUMNS and c != metric]
+    metric = metric or ("output_tok_s" if "output_tok_s" in rows[0] else "tok_s")
+    concurrency = level or ("concurrency" if "concurrency" in rows[0] else "load")
+    params = [c for c in rows[0] if c not in MEASURE_COLUMNS and c not in (metric, concurrency)]
     samples: dict[Config, dict[int, list[float]]] = {}
     failed: set[Config] = set()
     for row in rows:
@@ -113,11 +125,17 @@ def load_table(path: Path, metric: str = "output_tok_s", concurrency: str = "con
             continue
         if row.get(metric) in (None, "") or row.get("excluded") == "1":  # a stalled run the harness re-measured
             continue
+        if row.get("repeat") == "-1" or row.get("status") not in (None, "ok"):
+            continue
         level = int(row[concurrency])
         samples.setdefault(config, {}).setdefault(level, []).append(float(row[metric]))
+    n_levels = len({r[concurrency] for r in rows if r.get(concurrency)})
     points: dict[Config, dict[int, Point]] = {}
     for config, by_level in samples.items():
         if config in failed:
+            continue
+        if len(by_level) < n_levels:
+            failed.add(config)  # a level never measured cleanly: the config did not hold up
             continue
         points[config] = {}
         for level, values in by_level.items():
@@ -218,12 +236,15 @@ def plain_tpe(table: Table, seed: int) -> Run:
     study = _quiet_study(["maximize"], optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
     last = None
     seen: dict[tuple[Config, int], float | None] = {}
-    for _ in range(3 * len(table.configs) * len(table.levels)):
+    known = table.curves_or_failed
+    skipped = 0
+    while c.trials < 3 * len(table.configs) * len(table.levels) and skipped < 20_000:
         trial = study.ask()
         config = tuple(trial.suggest_categorical(p, table.choices[p]) for p in table.params)
         level = trial.suggest_categorical("concurrency", table.levels)
-        if config not in table.curves_or_failed:  # not in a table cut short: costs nothing
+        if config not in known:  # not in a table cut short: asked again, at no cost
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            skipped += 1
             continue
         if (config, level) in seen:  # the old loop: not launched again, the earlier result reused
             c.trials += 1
@@ -258,19 +279,21 @@ def table_space(table: Table, seed: int = 0) -> Space:
                         "budget": {"trials": len(table.configs)}, "seed": seed})
 
 
-def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: float = 0.03,
+def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: float | None = None,
                guide: str = "gp") -> Run:
     """The strategy: make_sampler over server configs, full curves, failures told as failures,
     duplicates drawn again, stop when the space is exhausted (and, with `stop_rule`, when
     nothing is left to win, plus one confirmation start)."""
     c = Counter(table)
+    noise_floor = table.noise if noise_floor is None else noise_floor
     space = table_space(table, seed)  # the space's seed drives the initial design: one per replay
     known = set(table.configs)  # a table cut short: only its measured configs can be proposed
 
     def allowed(values: dict[str, Any]) -> bool:
         return tuple(values[p] for p in table.params) in known
 
-    study = _quiet_study(["maximize"], make_sampler(space, seed, guide=guide, allowed=allowed))  # type: ignore[arg-type]
+    study = _quiet_study(["maximize"], make_sampler(space, seed, guide=guide, allowed=allowed,
+                                                    noise_floor=noise_floor))  # type: ignore[arg-type]
     measured: set[Config] = set()
     best: tuple[float, Config] | None = None
     while True:
@@ -337,10 +360,13 @@ def fmt(x: float) -> str:
 def report(table: Table, results: dict[str, list[Run]], tolerance: float) -> str:
     n_points = sum(len(p) for p in table.points.values())
     good_configs = {c for c, _ in table.good}
-    lines = [f"table {table.name}: {len(table.configs)} server configs ({len(table.failed)} fail to start) x "
+    span = math.prod(len(v) for v in table.choices.values())
+    lines = [f"table {table.name}: {len(table.configs)} server configs (of the {span} its values span; "
+             f"{len(table.failed)} fail to start) x "
              f"{len(table.levels)} load levels {table.levels}; {n_points} measured points; best median "
              f"{table.best.median:.2f} (CI {table.best.ci_low:.2f}-{table.best.ci_high:.2f}); best-equivalent "
-             f"(within {100 * tolerance:g}% by CI): {len(table.good)} points of {len(good_configs)} configs", "",
+             f"(within {100 * tolerance:g}% by CI): {len(table.good)} points of {len(good_configs)} configs; "
+             f"noise floor (median CI half-width) {100 * table.noise:.1f}%", "",
              "| method | runs | starts to best-equivalent: median | p90 | trials: median | p90 |",
              "|---|---|---|---|---|---|"]
     for name, runs in results.items():
@@ -381,10 +407,11 @@ def main() -> None:
     parser.add_argument("tables", type=Path, nargs="+")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--tolerance", type=float, default=0.03)
-    parser.add_argument("--metric", default="output_tok_s")
+    parser.add_argument("--metric", default=None, help="default: output_tok_s, else tok_s")
+    parser.add_argument("--level", default=None, help="load-level column; default: concurrency, else load")
     args = parser.parse_args()
     for path in args.tables:
-        table = load_table(path, args.metric)
+        table = load_table(path, args.metric, args.level)
         table.judge(args.tolerance)
         print(report(table, summarize(table, args.seeds), args.tolerance))
         print()
