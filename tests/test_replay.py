@@ -59,3 +59,13 @@ def test_every_method_reaches_and_is_deterministic(table: replay.Table) -> None:
     assert replay.plain_tpe(table, 2) == results["plain TPE (old loop)"][2]
     text = replay.report(table, results, 0.03)
     assert "| flagsearch |" in text and "goal <= 20%" in text
+
+
+def test_gpu_table_reads() -> None:
+    """The GPU helper's table (load levels in `load`, tok/s in `tok_s`, warmups as repeat -1,
+    two starts pooled) loads into the same shape."""
+    t = replay.load_table(ROOT / "bench" / "data" / "gpu_llamacpp_h100.csv")
+    t.judge(0.03)
+    assert t.levels == [1, 4] and len(t.configs) >= 40
+    assert all(p.n >= 4 for pts in t.points.values() for p in pts.values())  # 2 starts x >= 2 repeats
+    assert t.good and 0 < t.noise < 0.5
