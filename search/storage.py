@@ -13,7 +13,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState as OptunaState
 
 from harness.launch.registry import worker_tag
-from search.results import TrialRecord
+from search.results import ResultsError, TrialRecord
 from search.sampler import make_sampler, worker_seed
 from search.space import Space
 from search.trial_index import RECORD_ATTR
@@ -80,3 +80,26 @@ def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
         states.append(OptunaState.RUNNING)
     return sum(1 for t in study.get_trials(deepcopy=False, states=tuple(states))
                if t.user_attrs.get(BUDGET_ATTR, True))
+
+
+def storage_for(target: str, storage: str | None) -> tuple[str, str]:
+    """(storage URL, study name) from a study name or a results folder."""
+    path = Path(target)
+    if storage:
+        return storage, target
+    if path.is_dir() and (path / "study.db").exists():
+        return default_storage(path), path.name
+    candidate = Path("results") / target
+    if (candidate / "study.db").exists():
+        return default_storage(candidate), target
+    raise ResultsError(f"no study found at {target!r} (give a results folder, or --storage URL with the name)")
+
+
+def open_existing(name: str, storage: str) -> optuna.Study:
+    """An existing study, or a one-line ResultsError (no such study, no driver for the URL)."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise ResultsError(f"no study named {name!r} in {storage}") from None
+    except ImportError as exc:  # e.g. postgresql:// without psycopg2 installed
+        raise ResultsError(f"storage {storage}: {exc}") from None

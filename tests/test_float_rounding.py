@@ -8,7 +8,7 @@ from decimal import Decimal
 import optuna
 
 from harness.engines import EngineSettings, ModelChoice, get_engine
-from search.cli import _fmt
+from search.commands.show import fmt_number as _fmt
 from search.space import parse_space
 
 

@@ -11,7 +11,9 @@ import optuna
 from search.confirm import CONFIRM_ATTR, Confirmation, candidates, run_confirmation
 from search.results import ResultsError
 from search.space import Space, load_space
+from search.storage import storage_for
 from search.summary import StudyView, load_view
+from search.terminal import out as console
 
 
 def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: int, max_rounds: int,
@@ -43,7 +45,6 @@ def confirmed_line(view: StudyView, study: optuna.Study) -> str:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from search.cli import console, storage_for
 
     storage, name = storage_for(args.study, args.storage)
     study = optuna.load_study(study_name=name, storage=storage)

@@ -8,10 +8,11 @@ from pathlib import Path
 import optuna
 
 from search.results import ResultsError
+from search.storage import storage_for
+from search.terminal import out as console
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from search.cli import console, storage_for
     from search.report import export_tables, load_report_input, write_html
 
     if not (args.html or args.csv or args.parquet):

@@ -1,0 +1,116 @@
+"""`search show STUDY` and `search best STUDY`: a stored study's trials, per-load results and
+verdict; the winning launch command(s), ready to paste."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from search.curves import best_per_point, best_per_workload, switch_points
+from search.storage import open_existing, storage_for
+from search.summary import StudyView, load_view
+from search.terminal import err, safe
+from search.terminal import out as console
+
+
+def fmt_number(value: float | None, digits: int = 3) -> str:
+    """A measured number to `digits` significant digits, never in exponent form for large numbers
+    (1234.5 -> "1230", not "1.23e+03")."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}g}"
+    return f"{float(text):.0f}" if "e+" in text else text
+
+
+def print_study(view: StudyView, starts: int | None = None, saved: int | None = None) -> None:
+    metric_names = [m for m, _ in view.objectives]
+    table = Table(title=f"study {view.name}", show_lines=False)
+    for col in ("#", "state", "params", *metric_names, "x default", "quality", "errors", "ready s", "note"):
+        table.add_column(col, overflow="fold")
+    base_params = view.baseline.params if view.baseline else {}
+    for r in sorted(view.records, key=lambda r: r.number):
+        # Only what differs from the default config: the table stays readable in 100 columns.
+        changed = {k: v for k, v in r.params.items() if base_params.get(k, object()) != v}
+        params = ", ".join(f"{k}={v}" for k, v in changed.items()) or ("(defaults)" if base_params else "")
+        values = [fmt_number(v) for v in (r.objective_values or [None] * len(metric_names))]
+        ratio = view.ratio_to_default(r)
+        note = ""
+        if r.failure:
+            note = f"{r.failure.cause}: {r.failure.detail[:120]}"
+        elif r.duplicate_of is not None:
+            note = f"same as #{r.duplicate_of}"
+        elif any(c > 0 for c in r.constraint_values):
+            note = "infeasible (constraint)"
+        if r.number == view.baseline_number:
+            note = ("default; " + note).strip("; ")
+        q = r.metrics.get("quality.score")
+        table.add_row(str(r.number), r.state, safe(params), *values, fmt_number(ratio), fmt_number(q),
+                      fmt_number(r.metrics.get("errors")), fmt_number(r.ready_s), safe(note))
+    console.print(table)
+    if starts is not None:
+        console.print(f"server starts: {starts}, saved by reuse: {saved}")
+    best = view.best()
+    if not best:
+        console.print("[red]no feasible config[/]: every trial failed or violated a constraint")
+        return
+    for r in best:
+        ratio = view.ratio_to_default(r)
+        values = zip(metric_names, r.objective_values or [], strict=False)
+        desc = ", ".join(f"{m}={fmt_number(v, 4)}" for m, v in values)
+        console.print(f"\n[bold green]best[/] trial #{r.number} (ranking, measured once): {desc}"
+                      + (f" ({ratio:.2f}x the default)" if ratio else ""))
+        console.print(safe(r.command))
+    print_per_load(view)
+    noise = view.noise()
+    if noise:
+        console.print(f"\n{safe(noise)}")
+    console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")
+
+
+def print_per_load(view: StudyView) -> None:
+    """The best config at each load point of the first objective's curve, and where it switches."""
+    metric, direction = view.objectives[0]
+    bests = best_per_point(view.feasible, metric, direction == "maximize")
+    what = f"{metric} at each load point"
+    if len(bests) < 2:  # no ladder: the workloads are the load levels
+        leaf = metric.rpartition(".")[2]
+        bests, what = best_per_workload(view.feasible, leaf, direction == "maximize"), f"{leaf} in each workload"
+    if len(bests) < 2:
+        return
+    console.print(f"\n[bold]per load[/] ({what}; each config measured at every level in one start):")
+    for b in bests:
+        other = f"; next #{b.runner_up} = {fmt_number(b.runner_up_value, 4)}" if b.runner_up is not None else ""
+        console.print(f"  {safe(b.point)}: best #{b.number} = {fmt_number(b.value, 4)}{other}")
+    for line in switch_points(bests) or ["the same config is best at every load point"]:
+        console.print(f"  {safe(line)}")
+
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    storage, name = storage_for(args.study, args.storage)
+    print_study(load_view(open_existing(name, storage)))
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    storage, name = storage_for(args.study, args.storage)
+    view = load_view(open_existing(name, storage))
+    best = view.best()
+    err.print(safe(view.verdict()))
+    winner = (view.confirmation or {}).get("winner")
+    for r in sorted(best, key=lambda r: r.number != winner):  # the confirmed winner first
+        print(r.command)
+    return 0 if best else 1
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    show = sub.add_parser("show", help="print a stored study: trials, failures, best config")
+    show.add_argument("study", help="results folder or study name")
+    show.add_argument("--storage")
+    show.set_defaults(func=cmd_show)
+    best = sub.add_parser("best", help="print the winning launch command(s), ready to paste")
+    best.add_argument("study")
+    best.add_argument("--storage")
+    best.set_defaults(func=cmd_best)
