@@ -8,6 +8,8 @@
 # Then: `source "$FLAGSEARCH_HOME/docker/env"` (or export DOCKER_HOST=unix://$FLAGSEARCH_HOME/docker/docker.sock).
 # Host networking only (no bridge, no iptables); no registry is reachable, so the test image is made
 # locally: a static busybox rootfs `docker import`ed, run with the host's /usr bind-mounted read-only.
+# Runs as root, or as a user with passwordless sudo (GitHub-hosted runners): dockerd and apt-get go
+# through sudo, and the socket belongs to the user's group so that the user's tests can reach it.
 source "$(dirname "$0")/common.sh"
 DIR="$FLAGSEARCH_HOME/docker"
 SOCK="$DIR/docker.sock"
@@ -15,21 +17,28 @@ PIDFILE="$DIR/dockerd.pid"
 export DOCKER_HOST="unix://$SOCK"
 IMAGE="${FLAGSEARCH_TEST_IMAGE:-flagsearch/busybox-host:1}"
 
-need_root() { [ "$(id -u)" = 0 ] || { log "dockerd needs root (run as root or with sudo)"; exit 1; }; }
+if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo -n); fi
+need_root() {
+  [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null \
+    || { log "dockerd needs root or passwordless sudo (run as root, or allow this user sudo)"; exit 1; }
+}
 
 install_packages() {
   local missing=()
   command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-  [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ldd /bin/busybox 2>&1 | grep -q "not a dynamic" \
-    || missing+=(busybox-static)
+  # ldd exits 1 on a static binary: read its words, not its status (pipefail made this always fail).
+  [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 \
+    && [[ "$(ldd /bin/busybox 2>&1 || true)" == *"not a dynamic"* ]] || missing+=(busybox-static)
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]} (apt-get)"
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    "${SUDO[@]}" apt-get update -qq >/dev/null
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >/dev/null
   fi
 }
 
-running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# /proc, not kill -0: a user cannot signal the root dockerd it started through sudo.
+running() { [ -f "$PIDFILE" ] && [ -d "/proc/$(cat "$PIDFILE")" ]; }
 
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
@@ -43,8 +52,11 @@ start() {
     rm -f "$SOCK"
     log "starting dockerd, DOCKER_HOST=$DOCKER_HOST"
     # setsid: its own session, so that a Ctrl-C in the caller's terminal does not reach it.
-    setsid dockerd --host "$DOCKER_HOST" --data-root "$DIR/data" --exec-root "$DIR/exec" \
-      --pidfile "$PIDFILE" --iptables=false --ip6tables=false --bridge=none \
+    # --group: the socket's group, so that a non-root user who started it through sudo can use it.
+    # Own containerd namespaces: a host that already runs Docker (a CI runner) shares its containerd.
+    setsid "${SUDO[@]}" dockerd --host "$DOCKER_HOST" --data-root "$DIR/data" --exec-root "$DIR/exec" \
+      --pidfile "$PIDFILE" --group "$(id -gn)" --iptables=false --ip6tables=false --bridge=none \
+      --containerd-namespace flagsearch --containerd-plugins-namespace flagsearch-plugins \
       --storage-driver=overlay2 >"$DIR/dockerd.log" 2>&1 < /dev/null &
     for _ in $(seq 1 60); do answers && break; sleep 0.5; done
     answers || { log "dockerd did not answer within 30 s; see $DIR/dockerd.log"; tail -5 "$DIR/dockerd.log" >&2; exit 1; }
@@ -76,9 +88,9 @@ stop() {
     # Our containers first (label flagsearch=1), then the daemon we started; nothing else.
     ids=$(docker ps -aq --filter label=flagsearch=1 2>/dev/null || true)
     [ -n "$ids" ] && docker rm -f $ids >/dev/null 2>&1 || true
-    kill "$pid"
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -0 "$pid" 2>/dev/null && { log "dockerd (pid $pid) did not stop; killing it"; kill -9 "$pid"; }
+    "${SUDO[@]}" kill "$pid"
+    for _ in $(seq 1 40); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
+    [ -d "/proc/$pid" ] && { log "dockerd (pid $pid) did not stop; killing it"; "${SUDO[@]}" kill -9 "$pid"; }
     log "dockerd stopped"
   else
     log "dockerd is not running"

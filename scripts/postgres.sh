@@ -2,6 +2,8 @@
 # A private PostgreSQL server for distributed-study tests: start | stop | url.
 # Uses Debian's postgresql package (installed if missing); data under /var/tmp (the server runs
 # as the `postgres` system user, which cannot enter /root), listening on 127.0.0.1 only.
+# Runs as root, or as a user with passwordless sudo (GitHub-hosted runners): only apt-get goes
+# through sudo; a non-root user runs the server as itself.
 source "$(dirname "$0")/common.sh"
 PORT="${FLAGSEARCH_PG_PORT:-55432}"
 PGDIR="${FLAGSEARCH_PG_DIR:-/var/tmp/flagsearch-postgres-$PORT}"
@@ -14,11 +16,14 @@ bindir() {
   d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
   if [ -z "$d" ]; then
     log "installing Debian's postgresql package"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    "${SUDO[@]}" apt-get update -qq >/dev/null \
+      && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
     d=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
   fi
   echo "$d"
 }
+
+if [ "$(id -u)" = 0 ]; then SUDO=(); else SUDO=(sudo -n); fi
 
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
