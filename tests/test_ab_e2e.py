@@ -1,7 +1,7 @@
 """The gate on a real engine (llama-server with SmolLM2): A/A is not a regression, a real slowdown is.
 
 The slowdown is bench/throttle.py --stretch: a proxy in front of the real server that stretches
-every token's arrival (throughput x 0.5), a large, known loss whatever the load. (Freezing the
+every token's arrival (throughput x 0.3), a loss large enough to be found at any load. (Freezing the
 server with SIGSTOP is not one under load: the scheduler gives a continued process its time back;
 docs/calibration.md measured it.) (`--threads 1` vs 2 is not used here: on this shared 2-core
 machine its sign flips when other processes hold a core; docs/calibration.md shows it.)
@@ -38,7 +38,7 @@ def llama_space(tmp: Path) -> Path:
         "models": [{"name": "smollm2-135m-q4_1", "path": str(model), "format": "gguf-q4_1"}],
         "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 32}],
-        "measure": {"repeats": 1, "warmup": True, "request_timeout_s": 120},
+        "measure": {"repeats": 2, "warmup": True, "request_timeout_s": 120},
         "quality": {"suite": "smoke", "min_score": 0.5},
         "objectives": [{"metric": "single.output_tok_s", "direction": "maximize"}],
     }
@@ -78,14 +78,14 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
     assert len(stored["samples"]["single.output_tok_s"]) == 2 and stored["sample_unit"] == "round"
     assert stored["quality"]["score"] >= 0.5 and stored["fingerprint"]["engine"] == "llamacpp"
 
-    throttled = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.5 --stretch -- {setup_paths.llama_server()}"
+    throttled = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.7 --stretch -- {setup_paths.llama_server()}"
     out = tmp_path / "regress"
-    code = main(["regress", "--baseline", str(baseline_file), "--candidate-command", throttled, "--rounds", "5",
+    code = main(["regress", "--baseline", str(baseline_file), "--candidate-command", throttled, "--rounds", "8",
                  "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     v = verdict(report, "single.output_tok_s")
     assert v["verdict"] == "regressed", v
-    assert -80 < v["change_pct"] < -20
+    assert -90 < v["change_pct"] < -30
     assert code == 1
     junit = ET.fromstring((out / "junit.xml").read_text())
     failed = [c.get("name") for c in junit.iter("testcase") if c.find("failure") is not None]
