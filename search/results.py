@@ -65,13 +65,15 @@ def format_version(value: object, name: str, current: int, where: str, missing: 
 
 
 # The study's own user attributes (objectives, space_source, ...): `format` = STUDY_FORMAT, set when
-# the study is created; studies without it are version 1 (0.1.0 wrote none).
-STUDY_FORMAT = "flagsearch-study/1"
+# the study is created; studies without it are version 1 (0.1.0 wrote none). Version 2 added
+# `confirmation`, `noise_probes`, `warm_start_from` and `interrupted.<n>` (a dead worker's record,
+# kept on the study); every one is optional, so a version-1 study reads unchanged.
+STUDY_FORMAT = "flagsearch-study/2"
 
 
 def check_study_format(user_attrs: dict[str, Any], where: str) -> int:
     """The version of a study's user attributes; a study from a newer release is refused by name."""
-    return format_version(user_attrs.get("format"), "flagsearch-study", 1, where, missing=1)
+    return format_version(user_attrs.get("format"), "flagsearch-study", 2, where, missing=1)
 
 
 class ResultsError(Exception):

@@ -13,7 +13,7 @@ import sqlalchemy.exc
 from optuna.trial import TrialState as OptunaState
 
 from harness.launch.registry import worker_tag
-from search.results import ResultsError, TrialRecord
+from search.results import STUDY_FORMAT, ResultsError, TrialRecord, check_study_format
 from search.sampler import make_sampler, worker_seed
 from search.space import Space
 from search.trial_index import RECORD_ATTR
@@ -62,6 +62,8 @@ def open_study(space: Space, storage: str, study_name: str, seed: int | None = N
         study.set_metric_names([o.metric for o in space.m.objectives])  # optuna-dashboard's axis labels
         study.set_user_attr("objectives", objectives)
         study.set_user_attr("space_source", space.source)
+        study.set_user_attr("format", STUDY_FORMAT)
+    check_study_format(study.user_attrs, f"study {study_name!r} in {storage}")
     return study
 
 
