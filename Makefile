@@ -35,6 +35,7 @@ test-fast: tool
 
 lint: tool
 	$(BIN)/ruff check search harness tests bench
+	$(BIN)/mypy
 
 clean-results:
 	rm -rf results

@@ -411,8 +411,8 @@ def ensure_build(spec: BuildSpec, progress: Progress = _quiet) -> Build:
     if spec.kind == "pip":
         return _pip_build(spec, progress)
     if spec.kind == "image":
-        pinned, manifest = resolve_image(spec.value, progress)
-        return Build(spec=spec, key=_hash("image", pinned), image=pinned, manifest=manifest)
+        pinned, image_manifest = resolve_image(spec.value, progress)
+        return Build(spec=spec, key=_hash("image", pinned), image=pinned, manifest=image_manifest)
     if spec.kind == "python":
         if not Path(spec.value).exists():
             raise BuildError(f"build {spec.name}: no interpreter at {spec.value}")

@@ -325,9 +325,9 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
             if alive is not None and not alive():
                 steady.stopped_by = "server_dead"
                 break
-            counted = sum(1 for s in samples if not s.excluded)
-            label = (f"measuring {counted + 1}/{repeats}" if counted < repeats
-                     else f"measuring {counted + 1} (CI {100 * (steady.achieved_ci or math.inf):.1f}% > "
+            done = sum(1 for s in samples if not s.excluded)
+            label = (f"measuring {done + 1}/{repeats}" if done < repeats
+                     else f"measuring {done + 1} (CI {100 * (steady.achieved_ci or math.inf):.1f}% > "
                           f"{100 * (policy.target_ci or 0):.1f}%)")
             samples.append(await one_run(len(samples), len(samples), label))
             for i, found in review_runs(samples, warmup_ref, policy).items():
@@ -351,7 +351,7 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
     if not math.isfinite(steady.achieved_ci):
         steady.achieved_ci = None
     summary = summarize_samples(samples)
-    examples = []
+    examples: list[str] = []
     for s in samples:
         for r in s.requests:
             if not r.ok and len(examples) < 5:

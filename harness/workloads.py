@@ -417,7 +417,7 @@ async def prepare(spec: WorkloadSpec, engine: Engine, client: httpx.AsyncClient,
     else:
         for s, item_name in enumerate(spec.streams):
             item = spec.item(item_name)
-            stream = []
+            stream: list[PreparedRequest] = []
             for r in range(spec.requests_per_stream):
                 req = await b.item_request(s, r, item)
                 # The first request of a shared context primes it, alone, before the others start.

@@ -249,9 +249,10 @@ def baseline_from_study(results_dir: Path, name: str, trial: int | None = None,
             raise ResultsError(f"{results_dir}: no feasible trial to make a baseline of")
         record = best[0]
     else:
-        record = next((r for r in view.records if r.number == trial), None)
-        if record is None or record.state not in ("complete", "duplicate"):
+        found = next((r for r in view.records if r.number == trial), None)
+        if found is None or found.state not in ("complete", "duplicate"):
             raise ResultsError(f"{results_dir}: trial {trial} is not a completed trial")
+        record = found
     number = record.duplicate_of if record.duplicate_of is not None else record.number
     stored = read_json(results_dir / "trials" / f"{number:04d}" / "result.json")
     source_space = study.user_attrs.get("space_source")

@@ -39,6 +39,7 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.95
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE = 0, 1, 2
+Samples = Sequence[float] | np.ndarray  # raw values of one side
 
 
 def metric_direction(name: str) -> Direction:
@@ -47,12 +48,12 @@ def metric_direction(name: str) -> Direction:
     return direction_of(name)
 
 
-def _clean(values: Sequence[float]) -> np.ndarray:
+def _clean(values: Samples) -> np.ndarray:
     arr = np.asarray([float(v) for v in values if v is not None and not math.isnan(float(v))], dtype=float)
     return arr
 
 
-def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
+def bootstrap_ratio_ci(a: Samples, b: Samples, confidence: float = DEFAULT_CONFIDENCE,
                        n_resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of median(b) / median(a), each side resampled on its own."""
     arr_a, arr_b = _clean(a), _clean(b)
@@ -68,7 +69,7 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], confidence: float
     return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
 
 
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
+def mann_whitney_p(a: Samples, b: Samples) -> float:
     arr_a, arr_b = _clean(a), _clean(b)
     if arr_a.size == 0 or arr_b.size == 0:
         return math.nan
@@ -85,7 +86,7 @@ def min_rounds_for_alpha(alpha: float) -> int:
     return n
 
 
-def noise_cv(a: Sequence[float], b: Sequence[float]) -> float:
+def noise_cv(a: Samples, b: Samples) -> float:
     """Pooled relative noise: standard deviation of log samples around each side's own mean."""
     parts = []
     for arr in (_clean(a), _clean(b)):

@@ -14,7 +14,7 @@ import re
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,6 +33,9 @@ Scalar = str | int | float | bool | None
 # Parameters that change only what the client sends: trials differing only in these reuse the
 # running server. Each overrides the same field of every workload.
 REQUEST_SIDE = ("concurrency", "rate", "max_tokens", "requests_per_stream")
+
+if TYPE_CHECKING:  # the schema imports nothing of the measurement at run time
+    from harness.steady import MeasurePolicy
 
 
 class SpaceError(Exception):
@@ -283,7 +286,7 @@ class MeasureModel(Strict):
     # own start-to-start noise, reported with the results (search/noise.py).
     noise_every: int = Field(default=0, ge=0)
 
-    def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:  # noqa: F821
+    def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:
         """The measurement policy for one workload; `metric` is the per-run value it watches (the
         objective's leaf, e.g. output_tok_s)."""
         from harness.steady import MeasurePolicy  # here: the schema imports nothing of the measurement
@@ -590,6 +593,7 @@ class Space:
             elif isinstance(dist, optuna.distributions.IntDistribution):
                 value = trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
             else:
+                assert isinstance(dist, optuna.distributions.FloatDistribution) and isinstance(param, FloatParam)
                 value = rounded_float(trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log),
                                       param)
             chosen[name] = value

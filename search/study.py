@@ -136,7 +136,7 @@ class StudyRunner:
         from search.summary import load_view
 
         base = load_view(self.study).baseline
-        floor = noise_floor(self.study, (base.objective_values or [None])[0] if base else None)
+        floor = noise_floor(self.study, base.objective_values[0] if base and base.objective_values else None)
         return max(self.space.m.measure.noise_floor, 2 * floor.spread) if floor else self.space.m.measure.noise_floor
 
     def confirmation_fits(self) -> bool:

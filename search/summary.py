@@ -62,7 +62,7 @@ class StudyView:
         from search.noise import noise_floor
 
         base = self.baseline
-        floor = noise_floor(self.study, (base.objective_values or [None])[0] if base else None)
+        floor = noise_floor(self.study, base.objective_values[0] if base and base.objective_values else None)
         return floor.describe() if floor else None
 
     def verdict(self) -> str:

@@ -172,8 +172,9 @@ class LlamaCppEngine(Engine):
         # Phases from the log's own timestamps (--log-timestamps: minutes.seconds.millis.micros).
         marks = {name: _line_time(pattern, log_text) for name, pattern in _MARKS}
         for phase, start, end in _PHASE_SPANS:
-            if marks[start] is not None and marks[end] is not None:
-                info.phases_s[phase] = round(marks[end] - marks[start], 3)
+            begun, done = marks[start], marks[end]
+            if begun is not None and done is not None:
+                info.phases_s[phase] = round(done - begun, 3)
         if marks["listening"] is not None:
             info.phases_s["process_to_listening"] = round(marks["listening"], 3)
         for device, mib in _mib("model", log_text).items():

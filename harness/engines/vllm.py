@@ -179,8 +179,8 @@ class VllmEngine(Engine):
             info.facts["compile_cache"] = "hit"
         elif "Compiling a graph for compile range" in log_text:
             info.facts["compile_cache"] = "miss"
-        for key, pattern in _FACTS:
-            match = re.search(pattern, log_text)
+        for key, fact in _FACTS:
+            match = re.search(fact, log_text)
             if match:
                 info.facts[key] = match.group(1) or "loaded"
         metrics = _SPEC_METRICS.findall(log_text)

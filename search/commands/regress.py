@@ -272,7 +272,7 @@ def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dic
 def cmd_ab(args: argparse.Namespace) -> int:
     src_a = resolve_source(args.a, parse_assignments(args.a_set, "--a-set"))
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
-    side = {}
+    side: dict[str, Any] = {}
     claims = [parse_claim(c) for c in args.claim or []]
     builds = {}
     for key, src in (("a", src_a), ("b", src_b)):

@@ -33,7 +33,7 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
         # Only what differs from the default config: the table stays readable in 100 columns.
         changed = {k: v for k, v in r.params.items() if base_params.get(k, object()) != v}
         params = ", ".join(f"{k}={v}" for k, v in changed.items()) or ("(defaults)" if base_params else "")
-        values = [fmt_number(v) for v in (r.objective_values or [None] * len(metric_names))]
+        values = [fmt_number(v) for v in r.objective_values] if r.objective_values else ["-"] * len(metric_names)
         ratio = view.ratio_to_default(r)
         note = ""
         if r.failure:
@@ -56,8 +56,8 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
         return
     for r in best:
         ratio = view.ratio_to_default(r)
-        values = zip(metric_names, r.objective_values or [], strict=False)
-        desc = ", ".join(f"{m}={fmt_number(v, 4)}" for m, v in values)
+        pairs = zip(metric_names, r.objective_values or [], strict=False)
+        desc = ", ".join(f"{m}={fmt_number(v, 4)}" for m, v in pairs)
         console.print(f"\n[bold green]best[/] trial #{r.number} (ranking, measured once): {desc}"
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
         console.print(safe(r.command))

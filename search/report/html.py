@@ -94,7 +94,7 @@ def _best_section(inp: ReportInput) -> str:
     for r in best:
         items = []
         for i, (metric, direction) in enumerate(view.objectives):
-            value = (r.objective_values or [None] * (i + 1))[i]
+            value = r.objective_values[i] if r.objective_values else None
             b = base.objective_values[i] if base and base.objective_values else None
             rr = ratio(value, b)
             spread = _spread(inp, r.number, metric)

@@ -152,6 +152,13 @@ def _pareto_svg(view: StudyView) -> str:
     return _svg(fig)
 
 
+def _objective_target(i: int, sign: float) -> Callable[[optuna.trial.FrozenTrial], float]:
+    """Optuna's importance target for objective i, oriented so that higher is better."""
+    def target(t: optuna.trial.FrozenTrial) -> float:
+        return sign * t.values[i]
+    return target
+
+
 @dataclass
 class Importances:
     """Parameter importances per objective (PED-ANOVA), or why they could not be computed."""
@@ -186,7 +193,7 @@ def param_importances(study: optuna.Study | None, view: StudyView) -> Importance
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "experimental" and "lower target is better" notices
                 values = optuna.importance.get_param_importances(
-                    study, evaluator=evaluator, target=lambda t, i=i, sign=sign: sign * t.values[i])
+                    study, evaluator=evaluator, target=_objective_target(i, sign))
         except (ValueError, RuntimeError, ZeroDivisionError) as exc:
             return Importances(reason=f"importances could not be computed: {exc}", n_trials=n)
         if values:

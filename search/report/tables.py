@@ -35,8 +35,9 @@ def trials_frame(view: StudyView) -> pd.DataFrame:
         row: dict[str, Any] = {"trial": r.number, "state": r.state}
         for p in params:
             row[f"param.{p}"] = r.params.get(p)
-        values = r.objective_values or [None] * len(metrics)
-        base_values = base.objective_values if base and base.objective_values else [None] * len(metrics)
+        none: list[float | None] = [None] * len(metrics)
+        values: list[float | None] = list(r.objective_values) if r.objective_values else none
+        base_values: list[float | None] = list(base.objective_values) if base and base.objective_values else none
         for m, v, b in zip(metrics, values, base_values, strict=True):
             row[m] = v
             row[f"{m} ×default"] = ratio(v, b)
