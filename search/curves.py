@@ -60,12 +60,7 @@ def best_per_point(records: list[Any], metric: str, maximize: bool) -> list[Poin
             parts = split_name(key)
             if parts and parts[0] == base and parts[2] == leaf and parts[1] is not None and value is not None:
                 points[parts[1]].append((float(value), r.number))
-    out = []
-    for point, values in points.items():
-        ranked = sorted(values, reverse=maximize)
-        second = ranked[1] if len(ranked) > 1 else None
-        out.append(PointBest(point, ranked[0][1], ranked[0][0], second[1] if second else None,
-                             second[0] if second else None))
+    out = _best_of_each(points, maximize)
     return sorted(out, key=lambda p: _point_order(p.point))
 
 
@@ -78,11 +73,16 @@ def best_per_workload(records: list[Any], leaf: str, maximize: bool) -> list[Poi
             parts = split_name(key)
             if parts and parts[1] is None and parts[2] == leaf and value is not None:
                 by_workload[parts[0]].append((float(value), r.number))
+    return _best_of_each(by_workload, maximize)
+
+
+def _best_of_each(groups: dict[str, list[tuple[float, int]]], maximize: bool) -> list[PointBest]:
+    """(value, trial) pairs per level -> the best and the runner-up of each level, in input order."""
     out = []
-    for workload, values in by_workload.items():
+    for level, values in groups.items():
         ranked = sorted(values, reverse=maximize)
         second = ranked[1] if len(ranked) > 1 else None
-        out.append(PointBest(workload, ranked[0][1], ranked[0][0], second[1] if second else None,
+        out.append(PointBest(level, ranked[0][1], ranked[0][0], second[1] if second else None,
                              second[0] if second else None))
     return out
 

@@ -177,24 +177,31 @@ def compare(metric: str, a: Sequence[float], b: Sequence[float], direction: Dire
     cv = noise_cv(arr_a, arr_b)
     need = repeats_needed(cv, min_effect, alpha, power)
     # Orient so that a positive "gain" is always better.
-    sign = 1.0 if direction == "higher" else -1.0
-    gain, gain_lo, gain_hi = sorted_gain(sign, ratio, low, high)
-    significant = p < alpha
+    verdict = decide(direction, ratio, low, high, p < alpha, min_effect)
     note = ""
-    if significant and gain_lo > 0 and gain >= min_effect:
-        verdict: Verdict = "improved"
-    elif significant and gain_hi < 0 and gain <= -min_effect:
-        verdict = "regressed"
-    elif (1 - min_effect) < low and high < (1 + min_effect):
-        verdict = "unchanged"
-    else:
-        verdict = "inconclusive"
+    if verdict == "inconclusive":
         if need is not None and need > min(arr_a.size, arr_b.size):
             note = f"about {need} rounds per side would settle a {100 * min_effect:.0f}% change at this noise"
         else:
             note = "the interval straddles the minimum effect; more rounds would narrow it"
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=cv, repeats_needed=need, note=note, **common)  # type: ignore[arg-type]
+
+
+def decide(direction: Direction, ratio: float, low: float, high: float, significant: bool,
+           min_effect: float) -> Verdict:
+    """The verdict from a ratio B/A, its interval and the test: a change must be significant, its
+    whole interval on one side and at least min_effect; "unchanged" needs the interval inside
+    +-min_effect."""
+    sign = 1.0 if direction == "higher" else -1.0
+    gain, gain_lo, gain_hi = sorted_gain(sign, ratio, low, high)
+    if significant and gain_lo > 0 and gain >= min_effect:
+        return "improved"
+    if significant and gain_hi < 0 and gain <= -min_effect:
+        return "regressed"
+    if (1 - min_effect) < low and high < (1 + min_effect):
+        return "unchanged"
+    return "inconclusive"
 
 
 def sorted_gain(sign: float, ratio: float, low: float, high: float) -> tuple[float, float, float]:

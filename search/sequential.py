@@ -34,8 +34,8 @@ from search.gate import (
     Direction,
     MetricVerdict,
     Verdict,
+    decide,
     metric_direction,
-    sorted_gain,
 )
 
 MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
@@ -106,19 +106,8 @@ def compare_starts(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     else:
         p, half = (1.0 if d == 0 else 0.0), 0.0
     ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
-    sign = 1.0 if direction == "higher" else -1.0
-    gain, gain_lo, gain_hi = sorted_gain(sign, ratio, low, high)
-    significant = p < p_star
     need = starts_needed(sd, min_effect, p_star, power)
-    verdict: Verdict
-    if significant and gain_lo > 0 and gain >= min_effect:
-        verdict = "improved"
-    elif significant and gain_hi < 0 and gain <= -min_effect:
-        verdict = "regressed"
-    elif (1 - min_effect) < low and high < (1 + min_effect):
-        verdict = "unchanged"
-    else:
-        verdict = "inconclusive"
+    verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     vc_a, vc_b = variance_components(runs_a), variance_components(runs_b)
     within = _pool(vc_a.sd_within, vc_b.sd_within)
     between = _pool(vc_a.sd_between, vc_b.sd_between)
