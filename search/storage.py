@@ -43,7 +43,11 @@ def open_study(space: Space, storage: str, study_name: str, seed: int | None = N
     # An explicit seed reproduces one worker exactly; otherwise every process (worker, resumed run)
     # mixes its identity into the space's seed, so that two workers or a resumed run do not replay
     # the same suggestions.
-    sampler = make_sampler(space, seed if seed is not None else worker_seed(space.m.seed, worker_tag()))
+    base = space.m.seed if seed is None else seed
+    # The space-filling design comes from the base seed (one design per study, workers take different
+    # rows); the guided phase from the worker's own seed unless one was given explicitly.
+    sampler = make_sampler(space, seed if seed is not None else worker_seed(base, worker_tag()), design_seed=base,
+                           noise_floor=space.m.measure.noise_floor)
     for attempt in range(6):
         try:
             study = optuna.create_study(storage=make_storage(storage), study_name=study_name,
