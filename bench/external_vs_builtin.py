@@ -42,12 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 KEYS = [("output tok/s", "output_tok_s", 1.0), ("requests/s", "req_s", 1.0), ("TTFT p50 (ms)", "ttft_p50_s", 1e3),
         ("TTFT p99 (ms)", "ttft_p99_s", 1e3), ("TPOT p50 (ms)", "tpot_p50_s", 1e3), ("ITL p50 (ms)", "itl_p50_s", 1e3),
         ("E2E p50 (ms)", "e2e_p50_s", 1e3), ("output tokens", "output_tokens", 1.0),
-        ("prompt tokens (tool's count)", "prompt_tokens", 1.0), ("failed requests", "errors", 1.0)]
+        ("prompt tokens (tool's count)", "prompt_tokens", 1.0), ("failed requests", "errors", 1.0),
+        ("cached prompt fraction", "cached_prompt_frac", 1.0)]
 
 
-def builtin(base_url: str, args: argparse.Namespace) -> dict[str, float]:
+def builtin(base_url: str, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    # A new seed per call: each call is a separate measurement whose prompts must not repeat an
+    # earlier call's (same seed = same prompts = prefix-cache hits: cached_prompt_frac says so).
     per_stream = max(1, args.prompts // args.concurrency)
-    spec = WorkloadSpec("cmp", ("rnd",) * args.concurrency, requests_per_stream=per_stream,
+    spec = WorkloadSpec("cmp", ("rnd",) * args.concurrency, requests_per_stream=per_stream, seed=seed,
                         items=(Item("rnd", "Continue the text above.", args.output_len, args.input_len),))
     wm = asyncio.run(measure_workload(get_engine("llamacpp"), base_url, "smollm2", spec, 1, False, 600.0, [],
                                       lambda _m: None))
@@ -119,9 +122,9 @@ def main() -> None:
             overhead = template_overhead(base)
             ext_len = max(1, args.input_len - overhead)
             print(f"chat template adds {overhead} tokens: external tools get --input-len {ext_len}", flush=True)
-            builtin(base, args)  # warmup for everyone (discarded)
+            builtin(base, args, 100)  # warmup for everyone (discarded)
             for i in range(args.repeats):
-                runs["flagsearch"].append({"metrics": builtin(base, args)})
+                runs["flagsearch"].append({"metrics": builtin(base, args, i + 1)})
                 keep = tmp / f"vllm-bench-{i}.json"
                 res = run_vllm_bench(str(setup_paths.vllm_python()), base, "smollm2", str(setup_paths.smollm2_hf()),
                                      input_len=ext_len, output_len=args.output_len, prompts=args.prompts,
