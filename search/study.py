@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import optuna
+from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure, TrialFailed
 from harness.launch.registry import worker_tag
@@ -159,6 +160,8 @@ class StudyRunner:
             self.reporter.note(probe(self.session, self.space, study, self.space.default_config(),
                                      self.results_dir / "noise", counted // every))
         reason = None
+        if study.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
+            return  # queued configs (the default, a resume, a warm start) run first, whatever the rule
         if self._known_in_a_row >= EXHAUSTED_AFTER or space_exhausted(study, self.space):
             reason = "the space is exhausted: every config was tried"
         else:
