@@ -307,14 +307,14 @@ budget:
 # server (#2), a config llama-server refuses (#3: a quantized V cache needs flash attention: a
 # failed start with its cause and log lines), and two more launch configs, so that 5 complete
 # trials give parameter importances.
-PLANNED = [{"parallel": 1, "flash_attn": "on", "cache_type_v": "f16", "max_tokens": 16},
-           {"parallel": 1, "flash_attn": "on", "cache_type_v": "f16", "max_tokens": 32},
-           {"parallel": 2, "flash_attn": "off", "cache_type_v": "q8_0", "max_tokens": 16},
-           {"parallel": 2, "flash_attn": "on", "cache_type_v": "q8_0", "max_tokens": 16},
-           {"parallel": 1, "flash_attn": "on", "cache_type_v": "q8_0", "max_tokens": 32}]
-FAILED, REUSED = 3, 2
+# max_tokens is request-side: a load ladder measured at every start (16 and 32 tokens).
+PLANNED = [{"parallel": 1, "flash_attn": "on", "cache_type_v": "f16"},
+           {"parallel": 2, "flash_attn": "off", "cache_type_v": "q8_0"},
+           {"parallel": 2, "flash_attn": "on", "cache_type_v": "q8_0"},
+           {"parallel": 1, "flash_attn": "on", "cache_type_v": "q8_0"}]
+FAILED = 2
 MEASURED = len(PLANNED)  # the default plus the planned trials, less the failed one
-REQUESTS_PER_RUN, REPEATS = 2, 2
+REQUESTS_PER_RUN, REPEATS, POINTS = 2, 2, 2
 
 
 def search_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -364,20 +364,22 @@ def test_real_study_tables(real_study: Path) -> None:
     assert states == {n: ("failed" if n == FAILED else "complete") for n in range(1 + len(PLANNED))}, states
     failed = next(r for r in inp.view.records if r.number == FAILED)
     assert failed.failure and failed.failure.log_tail and "q8_0" in failed.command
-    assert starts_summary(inp.view) == {"starts": len(PLANNED), "reused": 1, "duplicates": 0}
+    assert starts_summary(inp.view) == {"starts": 1 + len(PLANNED), "reused": 0, "duplicates": 0}
 
     df = requests_frame(inp)
-    assert len(df) == MEASURED * REPEATS * REQUESTS_PER_RUN  # the failed trial measured nothing
+    # Every measured start was measured at both load points; the failed trial measured nothing.
+    assert len(df) == MEASURED * POINTS * REPEATS * REQUESTS_PER_RUN
     assert set(df["trial"]) == {n for n in range(1 + len(PLANNED)) if n != FAILED}
+    assert set(df["workload"]) == {"pair@max_tokens=16", "pair@max_tokens=32"}
     assert df["ok"].all() and (df["output_tokens"] > 0).all()
     assert (df["ttft_s"] < df["e2e_s"]).all() and (df["tpot_s"] > 0).all()
-    assert df.loc[df["trial"] == 0, "output_tokens"].max() <= 16
-    assert df.loc[df["trial"] == REUSED, "param.max_tokens"].eq(32).all()
+    assert df.loc[df["workload"] == "pair@max_tokens=16", "output_tokens"].max() <= 16
+    assert df.loc[df["workload"] == "pair@max_tokens=32", "output_tokens"].max() <= 32
     runs = runs_frame(inp)
-    assert len(runs) == MEASURED * REPEATS and (runs["metric.output_tok_s"] > 0).all()
+    assert len(runs) == MEASURED * POINTS * REPEATS and (runs["metric.output_tok_s"] > 0).all()
     trials = trials_frame(inp.view).set_index("trial")
     assert trials.loc[0, "pair.output_tok_s ×default"] == pytest.approx(1.0)
-    assert bool(trials.loc[REUSED, "reused_server"]) and trials.loc[REUSED, "ready_s"] == 0.0
+    assert not trials["reused_server"].any()
     imp = param_importances(inp.study, inp.view)
     assert imp.reason is None and set(imp.values) == {"pair.output_tok_s", "pair.ttft_p50_s"}
 
@@ -395,7 +397,7 @@ def test_real_study_cli_report(real_study: Path, tmp_path: Path) -> None:
     assert best and all(html.escape(r.command) in page for r in best)
     requests = pd.read_parquet(tmp_path / "pq" / "requests.parquet")
     csv = pd.read_csv(tmp_path / "csv" / "requests.csv")
-    assert len(requests) == len(csv) == MEASURED * REPEATS * REQUESTS_PER_RUN
+    assert len(requests) == len(csv) == MEASURED * POINTS * REPEATS * REQUESTS_PER_RUN
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
