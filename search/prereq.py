@@ -28,10 +28,10 @@ def check_claim_prerequisites(claims: list[Claim], base: Subject, space: Space, 
     progress(f"checking claim prerequisites in a base run: {'; '.join(n for c in needing for n in c.needs)}")
     workloads = space.workload_specs(dict(base.request))[:1]
     try:
-        measure_alone(base, workloads, MeasureSettings(repeats=1, warmup=False), 1, work, None, progress)
+        side = measure_alone(base, workloads, MeasureSettings(repeats=1, warmup=False), 1, work, None, progress)
     except LaunchFailed as exc:
         return [f"the base run did not start ({exc.cause}), so its log cannot show the prerequisites"]
-    text = "\n".join(p.read_text(errors="replace") for p in sorted(work.glob("*.log")))
+    text = "\n".join(Path(p).read_text(errors="replace") for p in side.log_paths)
     return [f"claim `{c.text}` needs `{need}`, but the base run's log ({work}) never names it: the change "
             "cannot act on this path on this machine, so building and measuring it here would not test the claim"
             for c in needing for need in missing_prerequisites(c, text)]

@@ -24,7 +24,7 @@ def test_missing_prerequisite_stops_before_the_build(tmp_path: Path, capsys: pyt
     said = " ".join(capsys.readouterr().err.split())
     assert code == 2
     assert "needs `FlashInfer CUTLASS MoE`" in said and "never names it" in said and "stopped before building" in said
-    assert list((tmp_path / "ab" / "prerequisites").glob("*.log"))  # the base run happened, and only it
+    assert list((tmp_path / "ab" / "prerequisites").glob("*/server.log"))  # the base run happened, and only it
     assert not (tmp_path / "ab" / "report.json").exists()
 
 
