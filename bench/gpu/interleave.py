@@ -1,6 +1,6 @@
 """Interleaved re-measurement of a few llama-server configs: each round starts every config once, in
 rotated order, and measures one stream and four streams; medians and min-max spread per config.
-This is what separates a real difference from run-to-run noise (shared DOMAIN.md, traps 7 and 8).
+This is what separates a real difference from run-to-run noise (docs/domain.md, traps 7 and 8).
 
     python3 bench/gpu/interleave.py --rounds 3 --out table.md
 Uses the same engine dialect, process launcher and measurement code as `search run`.
