@@ -134,9 +134,8 @@ class StudyRunner:
     def noise_floor_value(self) -> float:
         """The study's measured start-to-start spread (x2: two configs each measured once), or the
         space's stated floor until the default has been measured twice."""
-        from search.summary import load_view
-
-        base = load_view(self.study).baseline
+        # The default is trial 0 of every study (queued first); read from the index, not the storage.
+        base = next((r for r in self.index.finished.values() if r.number == 0), None)
         floor = noise_floor(self.study, base.objective_values[0] if base and base.objective_values else None)
         return max(self.space.m.measure.noise_floor, 2 * floor.spread) if floor else self.space.m.measure.noise_floor
 
