@@ -35,9 +35,11 @@ def _quiet(_: str) -> None:
 
 @dataclass
 class Arm:
-    number: int  # the trial it confirms
+    number: int  # the trial it confirms; a positive control has none (-1, -2, ...)
     label: str
     params: dict[str, Any]
+    key: str = ""  # its verdict's key: the trial number, or "control1", ...
+    control: dict[str, Any] = field(default_factory=dict)  # a positive control's overrides of the default
     runs: list[list[float]] = field(default_factory=list)  # per fresh start: the objective's run values
     failures: list[str] = field(default_factory=list)
     command: str = ""
@@ -51,11 +53,12 @@ class Confirmation:
     rounds: int
     wall_s: float
     arms: list[dict[str, Any]]  # Arm as dicts, the default first
-    verdicts: dict[str, dict[str, Any]]  # str(trial number) -> MetricVerdict.to_dict()
+    verdicts: dict[str, dict[str, Any]]  # Arm.key (trial number or "controlN") -> MetricVerdict.to_dict()
     load: list[dict[str, Any]]
     contended: bool
     answer: str
     winner: int | None  # the trial confirmed better than the default, if any
+    controls: list[dict[str, Any]] = field(default_factory=list)  # per positive control: its overrides, detected
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,10 +75,13 @@ def candidates(records: list[TrialRecord], baseline: int | None, direction: str,
 def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord], work_dir: Path,
                      min_rounds: int = MIN_STARTS, max_rounds: int = 6, min_effect: float = 0.03,
                      progress: Progress = _quiet) -> Confirmation:
-    """Re-measure `tops` and `default` with fresh starts, round-robin, until settled or max_rounds."""
+    """Re-measure `tops`, the space's positive controls and `default` with fresh starts,
+    round-robin, until every comparison is settled or max_rounds."""
     objective = space.m.objectives[0]
-    arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params))
-            for r in [default, *tops]]
+    arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params),
+                key=str(r.number)) for r in [default, *tops]]
+    arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **overrides}, key=f"control{i + 1}",
+                 control=dict(overrides)) for i, overrides in enumerate(space.m.confirm.controls)]
     looks = tuple(range(min_rounds, max_rounds + 1))
     loads: list[LoadWindow] = []
     verdicts: dict[str, MetricVerdict] = {}
@@ -92,18 +98,26 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if any(not arm.runs[-1] for arm in arms):
                 break  # an arm failed to start or measure: nothing to compare this round
-            verdicts = {str(arm.number): compare_starts(objective.metric, arms[0].runs, arm.runs,
+            verdicts = {arm.key: compare_starts(objective.metric, arms[0].runs, arm.runs,
                                                         direction="higher" if objective.direction == "maximize"
                                                         else "lower", min_effect=min_effect, looks=looks)
                         for arm in arms[1:]}
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
     contended = _contended(loads)
+    controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
+                for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
     return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
                         rounds=rounds, wall_s=round(time.monotonic() - started, 1),
                         arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},
-                        load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner)
+                        load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner,
+                        controls=controls)
+
+
+def _detected(verdict: MetricVerdict | None) -> bool:
+    """A positive control is detected when the gate calls it worse than the default."""
+    return verdict is not None and verdict.verdict == "regressed"
 
 
 def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path) -> tuple[list[float], str]:
@@ -157,20 +171,36 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     failed = [a for a in arms if a.failures]
     if failed:
         return ("not confirmed: " + "; ".join(f"{a.label} failed ({a.failures[-1][:120]})" for a in failed)), None
-    if not verdicts:
+    controls = {a.key: a for a in arms if a.control}
+    tops = {k: v for k, v in verdicts.items() if k not in controls}
+    if not tops:
         return "nothing to confirm: no feasible config besides the default", None
-    better = [(k, v) for k, v in verdicts.items() if v.verdict == "improved"]
-    lines = [f"#{k}: {_ratio_text(v)} the default ({v.verdict})" for k, v in verdicts.items()]
+    lines = [f"#{k}: {_ratio_text(v)} the default ({v.verdict})" for k, v in tops.items()]
+    checks = [_control_text(controls[k], verdicts.get(k)) for k in controls]
+    missed = [k for k in controls if not _detected(verdicts.get(k))]
+    suffix = ("; " + "; ".join(checks)) if checks else ""
     if contended:
         return ("verdict withheld: other programs used much of the CPU while confirming, so the ranking may be "
-                "the load's; measured: " + "; ".join(lines)), None
+                "the load's; measured: " + "; ".join(lines) + suffix), None
+    if missed:
+        return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
+                "a real difference; measured: " + "; ".join(lines) + suffix), None
+    better = [(k, v) for k, v in tops.items() if v.verdict == "improved"]
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
-        return f"confirmed: #{key} is {_ratio_text(best)} the default", int(key)
-    if all(v.verdict in ("unchanged", "inconclusive") for v in verdicts.values()):
-        return "no config is distinguishable from the default; " + "; ".join(lines), None
-    return "the default stays best; " + "; ".join(lines), None
+        return f"confirmed: #{key} is {_ratio_text(best)} the default" + suffix, int(key)
+    if all(v.verdict in ("unchanged", "inconclusive") for v in tops.values()):
+        return "no config is distinguishable from the default; " + "; ".join(lines) + suffix, None
+    return "the default stays best; " + "; ".join(lines) + suffix, None
+
+
+def _control_text(arm: Arm, verdict: MetricVerdict | None) -> str:
+    what = ", ".join(f"{k}={v}" for k, v in arm.control.items())
+    if verdict is None:
+        return f"positive control ({what}) not compared"
+    found = "found worse" if _detected(verdict) else f"NOT found worse ({verdict.verdict})"
+    return f"positive control ({what}): {_ratio_text(verdict)} the default, {found}"
 
 
 def _ratio_text(v: MetricVerdict) -> str:

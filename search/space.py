@@ -308,6 +308,10 @@ class ConfirmModel(Strict):
 
     top_k: int = Field(default=1, ge=0)  # 0: no confirmation
     max_rounds: int = Field(default=5, ge=3)
+    # Positive controls: parameter overrides of the default that make a config known to be worse
+    # (eager fp32, a throttle). They are confirmed beside the others; one not found worse shows that
+    # the confirmation lacked the power to see a real difference, and the answer says so.
+    controls: list[dict[str, Any]] = Field(default_factory=list, max_length=4)
 
 
 class BudgetModel(Strict):
@@ -345,6 +349,11 @@ class SpaceModel(Strict):
         if len(set(names)) != len(names):
             raise ValueError("models: names must be unique")
         reserved = {"engine", "model"}
+        for i, control in enumerate(self.confirm.controls):
+            unknown = sorted(set(control) - set(self.params) - reserved)
+            if unknown or not control:
+                raise ValueError(f"confirm.controls[{i}]: give parameter overrides of the default"
+                                 + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
         for pname, param in self.params.items():
             if param.side == "request" and pname not in REQUEST_SIDE:
                 raise ValueError(f"params.{pname}: request-side parameters are {', '.join(REQUEST_SIDE)}")

@@ -144,7 +144,7 @@ class StudyRunner:
         time budget that is left."""
         if self.deadline is None:
             return True
-        arms = 1 + self.space.m.confirm.top_k
+        arms = 1 + self.space.m.confirm.top_k + len(self.space.m.confirm.controls)
         return 3 * arms * self.estimator.trial_s() <= self.deadline - time.monotonic()
 
     def _stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -295,8 +295,9 @@ def _verdict_section(view: StudyView) -> str:
     if c is None:
         return text
     rows = []
-    for number, v in sorted(c.get("verdicts", {}).items(), key=lambda kv: int(kv[0])):
-        rows.append([f"#{_e(number)}", _e(v.get("verdict")), fmt(v.get("ratio")),
+    for key, v in sorted(c.get("verdicts", {}).items(), key=lambda kv: (not kv[0].isdigit(), kv[0].zfill(9))):
+        label = f"#{_e(key)}" if key.isdigit() else f"{_e(key)} (positive control)"
+        rows.append([label, _e(v.get("verdict")), fmt(v.get("ratio")),
                      f"{fmt(v.get('ci_low'))} .. {fmt(v.get('ci_high'))}", _e(v.get("n_b")), _e(v.get("note"))])
     load = c.get("load") or []
     foreign = max((w.get("foreign_cores", 0.0) for w in load), default=0.0)
