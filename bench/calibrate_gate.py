@@ -60,6 +60,8 @@ from search.study import free_port  # noqa: E402
 
 METRIC = "output_tok_s"
 THROTTLES = {"T5": 0.05, "T10": 0.10, "T20": 0.20}
+# The load-independent slowdowns (bench/throttle.py --stretch: every response byte delivered later).
+STRETCHES = {"S5": 0.05, "S10": 0.10, "S20": 0.20}
 
 
 def space_doc(max_tokens: int) -> dict[str, Any]:
@@ -81,6 +83,10 @@ def arms(max_tokens: int) -> dict[str, Subject]:
     out = {"A": subject_from(space, config, "A"), "A2": subject_from(space, config, "A2")}
     for name, fraction in THROTTLES.items():
         command = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} {fraction} -- {setup_paths.llama_server()}"
+        out[name] = subject_from(space, config, name, command=command)
+    for name, fraction in STRETCHES.items():
+        command = (f"{sys.executable} {REPO / 'bench' / 'throttle.py'} {fraction} --stretch -- "
+                   f"{setup_paths.llama_server()}")
         out[name] = subject_from(space, config, name, command=command)
     return out
 
@@ -117,7 +123,7 @@ def measure(out: Path, minutes: float, max_rounds: int, max_tokens: int, runs: i
     subjects = {k: v for k, v in arms(max_tokens).items() if k in chosen}
     data: dict[str, Any] = {"metric": METRIC, "max_tokens": max_tokens, "runs_per_start": runs,
                             "max_warmups": max_warmups,
-                            "arms": list(subjects), "throttles": THROTTLES, "starts": [],
+                            "arms": list(subjects), "throttles": THROTTLES, "stretches": STRETCHES, "starts": [],
                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "command": " ".join(sys.argv)}
     names, t0 = list(subjects), time.monotonic()
