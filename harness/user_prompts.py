@@ -40,7 +40,7 @@ class UserPrompt:
 
 @dataclass(frozen=True)
 class PromptSource:
-    """Where a workload's prompts come from (validated in search/space.py)."""
+    """Where a workload's prompts come from (validated in search/space_schema.py)."""
 
     path: str
     format: Literal["jsonl", "sharegpt", "documents"] = "jsonl"

@@ -18,9 +18,9 @@ from typing import Any
 import optuna
 
 from harness.files import InputError, load_yaml
+from search.param_values import default_value
 from search.results import ResultsError, format_version, read_json, write_json_atomic
 from search.space import Config, Space, SpaceError, load_space, parse_space
-from search.space import _default_value as default_value
 
 # Versioned: a reader loads every earlier version (migrating it) and refuses a newer one by name.
 FORMAT_NAME = "flagsearch-baseline"

@@ -18,17 +18,10 @@ import optuna
 from harness.engines import get_engine
 from search.estimate import Estimator
 from search.memory_fit import FitEstimate, LocalMemory, estimate, free_at_start
+from search.param_values import default_value
 from search.results import TrialRecord
-from search.space import (
-    BoolParam,
-    CategoricalParam,
-    Config,
-    FixedParam,
-    FloatParam,
-    IntParam,
-    Space,
-    _default_value,
-)
+from search.space import Config, Space
+from search.space_schema import BoolParam, CategoricalParam, FixedParam, FloatParam, IntParam
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ def _value_choices(param: Any) -> list[Any]:
 def _config_with(space: Space, fixed: dict[str, Any]) -> Config:
     """A config with every param at its default except those in `fixed` (engine and model included).
     A FixedTrial, not a study: thousands of these are cheap."""
-    defaults = {name: _default_value(p) for name, p in space.m.params.items() if not isinstance(p, FixedParam)}
+    defaults = {name: default_value(p) for name, p in space.m.params.items() if not isinstance(p, FixedParam)}
     return space.sample(optuna.trial.FixedTrial({**defaults, **fixed}))
 
 

@@ -36,7 +36,9 @@ from optuna.samplers._ga import BaseGASampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from search.space import REQUEST_SIDE, FixedParam, Space, _distribution
+from search.param_values import distribution
+from search.space import Space
+from search.space_schema import REQUEST_SIDE, FixedParam
 from search.surrogate import FailureModel, Observation, expected_improvement, gp_posterior
 
 FAILED_KEY = "failed"
@@ -86,7 +88,7 @@ def design_space(space: Space) -> dict[str, BaseDistribution]:
     for name, param in space.m.params.items():
         if param.when or isinstance(param, FixedParam) or param.side == "request":
             continue
-        dist = _distribution(param)
+        dist = distribution(param)
         if dist is not None:
             out[name] = dist
     return out

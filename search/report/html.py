@@ -21,7 +21,7 @@ from search.report.plots import (
 )
 from search.report.tables import trials_frame
 from search.results import scrub_text
-from search.space import REQUEST_SIDE
+from search.space_schema import REQUEST_SIDE
 from search.summary import StudyView
 
 

@@ -1,0 +1,340 @@
+"""The schema of a space file: pydantic models that validate every key (unknown keys are errors).
+
+search/space.py reads a file into these models (environment expansion, one-line errors, secrets)
+and wraps the result in a Space; search/param_values.py turns a param model into values.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from harness.engines import DIALECTS
+from harness.quality import QualityModel
+from harness.user_prompts import PromptSource
+from harness.user_prompts import validate as validate_source
+from harness.workloads import catalogue
+
+Scalar = str | int | float | bool | None
+
+# Parameters that change only what the client sends: trials differing only in these reuse the
+# running server. Each overrides the same field of every workload.
+REQUEST_SIDE = ("concurrency", "rate", "max_tokens", "requests_per_stream")
+
+if TYPE_CHECKING:  # the schema imports nothing of the measurement at run time
+    from harness.steady import MeasurePolicy
+
+
+class SpaceError(Exception):
+    """A space file is invalid; the message names the file, the key path and the reason."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VolumeModel(Strict):
+    host: str
+    container: str
+    read_only: bool = False
+
+
+class ExpectModel(Strict):
+    """What one trial of an engine costs here, as the user expects it before anything was measured
+    (the time estimate of `search run --dry-run`; measured times replace these as trials finish)."""
+
+    start_s: float | None = Field(default=None, gt=0)  # server start until ready
+    decode_tok_s: float | None = Field(default=None, gt=0)  # one stream's output tokens per second
+    prefill_tok_s: float | None = Field(default=None, gt=0)  # prompt tokens per second
+
+
+class EngineModel(Strict):
+    dialect: str | None = None
+    launcher: Literal["process", "docker"] = "process"
+    command: list[str] = Field(min_length=1)
+    python: str | None = None
+    env: dict[str, str] = {}
+    args: dict[str, Scalar | dict[str, Any] | list[Any]] = {}
+    host: str = "127.0.0.1"
+    image: str | None = None
+    volumes: list[VolumeModel] = []
+    gpus: str | None = None
+    shm_size: str | None = None
+    ipc_host: bool = False
+    privileged: bool = False
+    ready_timeout_s: float = Field(default=900.0, gt=0)
+    flag_map: dict[str, str] = {}
+    expect: ExpectModel = ExpectModel()
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        return value
+
+
+class DeviceModel(Strict):
+    """What the target device offers, for the memory-fit check and the roofline."""
+
+    name: str | None = None
+    memory_gb: float | None = Field(default=None, gt=0)
+    bandwidth_gbs: float | None = Field(default=None, gt=0)
+    default_utilization: float = Field(default=0.9, gt=0, le=1)
+    reserve_gb: float = Field(default=1.0, ge=0)  # activations, CUDA context, fragmentation
+    # GPU memory shared with the OS and the page cache (DGX Spark / GB10): see search/memory_fit.py.
+    unified_memory: bool = False
+    os_reserve_gb: float = Field(default=8.0, ge=0)  # what the OS needs left over (unified memory only)
+
+
+class ModelModel(Strict):
+    name: str
+    path: str
+    format: str = "unknown"
+    size_gb: float | None = Field(default=None, ge=0)
+    kv_bytes_per_token: float | None = Field(default=None, gt=0)
+    has_mtp: bool = False
+    active_params_b: float | None = Field(default=None, gt=0)
+    bytes_per_param: float | None = Field(default=None, gt=0)
+    attrs: dict[str, Scalar] = {}
+
+
+class ParamBase(Strict):
+    when: dict[str, Scalar | list[Scalar]] = {}
+    env: str | None = None  # set this environment variable instead of passing a flag
+    side: Literal["launch", "request"] = "launch"  # request-side params never need a restart
+
+
+class CategoricalParam(ParamBase):
+    type: Literal["categorical"]
+    choices: list[Scalar] = Field(min_length=1)
+    default: Scalar = None
+
+    @model_validator(mode="after")
+    def _default_in_choices(self) -> CategoricalParam:
+        if "default" in self.model_fields_set and self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of the choices {self.choices}")
+        return self
+
+
+class IntParam(ParamBase):
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    log: bool = False
+    default: int | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> IntParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.log and (self.low < 1 or self.step != 1):
+            raise ValueError("log scale needs low >= 1 and step 1")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise ValueError(f"default {self.default} is outside [{self.low}, {self.high}]")
+        return self
+
+
+class FloatParam(ParamBase):
+    type: Literal["float"]
+    low: float
+    high: float
+    step: float | None = Field(default=None, gt=0)
+    log: bool = False
+    default: float | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> FloatParam:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.log and (self.low <= 0 or self.step is not None):
+            raise ValueError("log scale needs low > 0 and no step")
+        if self.default is not None and not self.low <= self.default <= self.high:
+            raise ValueError(f"default {self.default} is outside [{self.low}, {self.high}]")
+        return self
+
+
+class BoolParam(ParamBase):
+    type: Literal["bool"]
+    default: bool = False
+
+
+class FixedParam(ParamBase):
+    type: Literal["fixed"]
+    value: Scalar | dict[str, Any] | list[Any]
+
+
+Param = Annotated[CategoricalParam | IntParam | FloatParam | BoolParam | FixedParam, Field(discriminator="type")]
+
+
+class PromptSourceModel(Strict):
+    """The user's own prompts (harness/user_prompts.py): a file, or a folder of documents."""
+
+    path: str
+    format: Literal["jsonl", "sharegpt", "documents"] = "jsonl"
+    replay: bool = False
+    time_scale: float = Field(default=1.0, gt=0)
+    limit: int | None = Field(default=None, ge=1)
+    context_tokens: int = Field(default=4096, ge=0)
+    questions: list[str] = Field(default=["Using only the documents above, what are their three main topics?"],
+                                 min_length=1)
+    max_tokens: int = Field(default=256, ge=1)
+
+    def to_source(self) -> PromptSource:
+        source = PromptSource(**{**self.model_dump(), "questions": tuple(self.questions)})
+        validate_source(source)  # a missing or unreadable file is a space error, before any trial
+        return source
+
+
+class WorkloadModel(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_\-]+$")
+    profile: str | None = None
+    streams: list[str] | None = None
+    source: PromptSourceModel | None = None
+    concurrency: int = Field(default=1, ge=1)  # streams of a `source` workload
+    thinking: bool | None = None  # None: the chat template's default; mapped per engine
+    requests_per_stream: int = Field(default=1, ge=1)
+    scale: float = Field(default=1.0, gt=0)
+    context_scale: float | None = Field(default=None, gt=0)
+    output_scale: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    warm: bool = False
+    rate: float | None = Field(default=None, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _streams(self) -> WorkloadModel:
+        items, profiles = catalogue()
+        if sum(x is not None for x in (self.profile, self.streams, self.source)) != 1:
+            raise ValueError("give exactly one of `profile`, `streams` or `source`")
+        if self.source is not None:
+            self.source.to_source()
+        if self.profile is not None and self.profile not in profiles:
+            raise ValueError(f"unknown profile {self.profile!r} (known: {', '.join(profiles)})")
+        for item in self.streams or []:
+            if item not in items:
+                raise ValueError(f"unknown workload item {item!r} (known: {', '.join(items)})")
+        return self
+
+
+class MeasureModel(Strict):
+    """How each workload is measured; the steady-state and length settings are MeasurePolicy's
+    (harness/steady.py says what each one does)."""
+
+    repeats: int = Field(default=3, ge=1)  # counted runs at least (stalled runs are re-measured)
+    warmup: bool = True
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    max_warmups: int = Field(default=3, ge=1)  # warm up until two runs agree, at most this many
+    warmup_tolerance: float = Field(default=0.10, gt=0, lt=1)
+    stall_factor: float = Field(default=3.0, gt=1)
+    max_remeasure: int = Field(default=2, ge=0)
+    target_ci: float | None = Field(default=None, gt=0, lt=1)  # e.g. 0.02: until the CI is within +-2%
+    max_repeats: int = Field(default=20, ge=1)
+    time_cap_s: float = Field(default=300.0, gt=0)
+    # Stop measuring a config's remaining load points once it is this much below the incumbent at a
+    # point (start-to-start noise is ~7% on a shared CPU, ~1-5% on a GPU: twice that, at least 10%).
+    prune_margin: float = Field(default=0.15, gt=0, lt=1)
+    # Differences below this are noise (start-to-start): the study stops when no untried config can
+    # plausibly beat the incumbent by more (search/stopping.py).
+    noise_floor: float = Field(default=0.05, gt=0, lt=1)
+    # Re-measure the default on a fresh start after every N counted trials (0: never): the study's
+    # own start-to-start noise, reported with the results (search/noise.py).
+    noise_every: int = Field(default=0, ge=0)
+
+    def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:
+        """The measurement policy for one workload; `metric` is the per-run value it watches (the
+        objective's leaf, e.g. output_tok_s)."""
+        from harness.steady import MeasurePolicy  # here: the schema imports nothing of the measurement
+
+        return MeasurePolicy(metric=metric, max_warmups=self.max_warmups, warmup_tolerance=self.warmup_tolerance,
+                             stall_factor=self.stall_factor, max_remeasure=self.max_remeasure,
+                             target_ci=self.target_ci, max_repeats=max(self.max_repeats, self.repeats),
+                             time_cap_s=self.time_cap_s)
+
+
+class ObjectiveModel(Strict):
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+
+class ConfirmModel(Strict):
+    """Re-measure the top configs beside the default at the end of `search run` (fresh starts,
+    interleaved, stopped when settled): the study's answer is the confirmed one."""
+
+    top_k: int = Field(default=1, ge=0)  # 0: no confirmation
+    max_rounds: int = Field(default=5, ge=3)
+    # Positive controls: parameter overrides of the default that make a config known to be worse
+    # (eager fp32, a throttle). They are confirmed beside the others; one not found worse shows that
+    # the confirmation lacked the power to see a real difference, and the answer says so.
+    controls: list[dict[str, Any]] = Field(default_factory=list, max_length=4)
+
+
+class BudgetModel(Strict):
+    trials: int = Field(default=10, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+
+
+CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.eE+\-]+)\s*$")
+
+
+class SpaceModel(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str = ""
+    engines: dict[str, EngineModel] = Field(min_length=1)
+    models: list[ModelModel] = Field(min_length=1)
+    params: dict[str, Param] = {}
+    workloads: list[WorkloadModel] = Field(min_length=1)
+    measure: MeasureModel = MeasureModel()
+    quality: QualityModel = QualityModel()
+    objectives: list[ObjectiveModel] = Field(min_length=1)
+    constraints: list[str] = []
+    budget: BudgetModel = BudgetModel()
+    confirm: ConfirmModel = ConfirmModel()
+    device: DeviceModel | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> SpaceModel:
+        for name, engine in self.engines.items():
+            dialect = engine.dialect or name
+            if dialect not in DIALECTS:
+                raise ValueError(f"engines.{name}: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)}); "
+                                 "set `dialect:`")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("models: names must be unique")
+        reserved = {"engine", "model"}
+        for i, control in enumerate(self.confirm.controls):
+            unknown = sorted(set(control) - set(self.params) - reserved)
+            if unknown or not control:
+                raise ValueError(f"confirm.controls[{i}]: give parameter overrides of the default"
+                                 + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        for pname, param in self.params.items():
+            if param.side == "request" and pname not in REQUEST_SIDE:
+                raise ValueError(f"params.{pname}: request-side parameters are {', '.join(REQUEST_SIDE)}")
+            if param.side == "request" and isinstance(param, (FloatParam, BoolParam)):
+                raise ValueError(f"params.{pname}: a request-side parameter is a load ladder: give `choices` "
+                                 "(categorical) or an int range")
+            if param.side == "request" and param.env:
+                raise ValueError(f"params.{pname}: a request-side parameter cannot set an environment variable")
+            if pname in reserved:
+                raise ValueError(f"params.{pname}: '{pname}' is reserved (the engine and model choices)")
+            for key in param.when:
+                root = key.split(".", 1)[0]
+                if root not in reserved and root not in self.params:
+                    raise ValueError(f"params.{pname}.when: {key!r} is neither engine, model, model.<attr> "
+                                     "nor a parameter")
+                if root in self.params and list(self.params).index(root) >= list(self.params).index(pname):
+                    raise ValueError(f"params.{pname}.when: {key!r} must be declared before {pname}")
+        wnames = [w.name for w in self.workloads]
+        if len(set(wnames)) != len(wnames):
+            raise ValueError("workloads: names must be unique")
+        for expr in self.constraints:
+            if not CONSTRAINT.match(expr):
+                raise ValueError(f"constraints: cannot read {expr!r}; write 'metric <= number' "
+                                 "(operators <=, <, >=, >, ==)")
+        return self
+
