@@ -7,6 +7,10 @@
 #   interleave  a few configs re-measured interleaved (bench/gpu/interleave.py)
 #   table       the ground-truth table (bench/gpu/table.py --plan table), resumable
 #   calib       A/A and config pairs for the gate's power (bench/gpu/table.py --plan calib)
+#   setups      several measurement setups one after another into one CSV (CSV_CALIB), for the noise
+#               of each: SETUPS="S1 ARGS1;S2 ARGS2", each segment at most S seconds of table.py run
+#               --plan calib ARGS (give each its own --run NAME); BIG=1 also writes a random 7.24B f16
+#               GGUF (Mistral-7B's shape) as $FSGPU/random-7b-f16.gguf before anything is measured
 # Everything worth keeping goes to $OUT: the llama-server binary (llama-server.xz.part*, put them in
 # .gpu/bin/ and carry them to skip the ~4-minute build), logs, CSVs. CSVs found in .gpu/data/ or in
 # $FSGPU/data (a still-warm machine) are resumed, not restarted.
@@ -39,6 +43,11 @@ if [ ! -f .gpu/bin/llama-server.xz.part00 ]; then  # not carried: send this buil
   ls -la "$OUT"/llama-server.xz.part*
   ldd "$FSGPU/bin/llama-server" | tee "$OUT/llama-server.ldd"
 fi
+BIG_MODEL="$FSGPU/random-7b-f16.gguf"
+if [ -n "${BIG:-}" ] && [ ! -f "$BIG_MODEL" ]; then  # 14.5 GB; written before any measurement, not during
+  python3 bench/gpu/make_random_gguf.py "$BIG_MODEL.tmp" --hidden 4096 --layers 32 --ffn 14336 --heads 32 \
+    --kv-heads 8 --pool && mv "$BIG_MODEL.tmp" "$BIG_MODEL"
+fi
 [ -n "$GGUF_PID" ] && { wait "$GGUF_PID"; cat "$FSGPU/gguf.log"; }
 [ -f "$MODEL" ] || { echo "no model"; exit 1; }
 echo "setup done at $(( $(date +%s) - T0 )) s"
@@ -64,6 +73,22 @@ case "$mode" in
       | tee "$OUT/$mode.log"
     cp "$OUT/$CSV" "$FSGPU/data/$CSV"
     python3 bench/gpu/table.py show "$OUT/$CSV" | tail -60
+    ;;
+  setups)
+    CSV="${CSV_CALIB:-gpu_calib_setups_h100.csv}"
+    resume "$CSV"
+    IFS=';' read -ra SEGMENTS <<< "${SETUPS:-}"
+    for seg in "${SEGMENTS[@]}"; do
+      read -r seg_s seg_args <<< "$seg"
+      dl=$(( $(left) - ${START_MARGIN_S:-25} )); [ "$seg_s" -lt "$dl" ] && dl=$seg_s
+      [ "$dl" -gt 10 ] || { echo "no time left for: $seg"; continue; }
+      nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+      # shellcheck disable=SC2086
+      timeout "$(( dl + 60 ))" python3 bench/gpu/table.py run --plan calib --csv "$OUT/$CSV" --deadline-s "$dl" \
+        --logdir "$FSGPU/logs" $seg_args 2>&1 | tee -a "$OUT/setups.log"
+    done
+    cp "$OUT/$CSV" "$FSGPU/data/$CSV"
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
     ;;
   *)
     LEFT=$(( $(left) - 45 ))

@@ -4,9 +4,13 @@ with its repeats. One CSV row per measured run (long format; columns in docs/gpu
 
     python3 bench/gpu/table.py run --plan table --starts 2 --csv T.csv        # ~48 configs x 2 starts
     python3 bench/gpu/table.py run --plan calib --configs base,kq8 --starts 12 --csv C.csv
+    python3 bench/gpu/table.py run --plan calib --configs base,base --model random-7b-f16.gguf --pin 0-7 \
+        --run big --csv C.csv                                                  # another setup, one CSV
     python3 bench/gpu/table.py show T.csv                                      # Markdown table
 
-`run` appends to the CSV and skips (config, start) pairs already in it, so a run cut by a time
+A setup (the model file in $FSGPU, output tokens, CPUs the server is pinned to) holds for a whole
+`run` call and is written beside every row with the name `--run`, so several setups share a CSV.
+`run` appends to the CSV and skips (run, config, start) triples already in it, so a run cut by a time
 limit (`--deadline-s`) resumes where it stopped. The order is interleaved: start 0 of every config
 (shuffled), then start 1, ..., so drift over time lands in the between-start spread, not in one
 config. `--plan calib` runs rounds of a few configs in rotated order (A/A and config pairs for the
@@ -48,7 +52,7 @@ PROMPTS = (  # the qa, code, json and math prompts of harness/data/workloads.yam
 MAX_TOKENS = 256
 COLUMNS = ("plan", "config", "fa", "batch", "ubatch", "cache_k", "cache_v", "parallel", "ngl", "load", "start",
            "repeat", "status", "tok_s", "ttft_s", "decode_tok_s", "output_tokens", "wall_s", "ready_s", "card",
-           "machine", "unix_time", "note", "label")
+           "machine", "unix_time", "note", "label", "run", "model", "pin", "max_tokens")
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,9 @@ NAMED: dict[str, Config] = {  # short names for --plan calib
     "kvbf16": Config(cache_k="bf16", cache_v="bf16"),
     "t2": Config(extra=("-t", "2")),
     "poll0": Config(extra=("--poll", "0")),
+    # one small weight (layer 31's K projection: 8 MiB on the 7B shape) computed on the CPU: a small
+    # real slowdown for a known-difference pair on the big model
+    "otk31": Config(extra=("-ot", r"blk\.31\.attn_k\.weight=CPU")),
 }
 
 
@@ -143,11 +150,24 @@ async def measure_load(url: str, streams: int, max_tokens: int) -> dict[str, flo
             "wall_s": wall}
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What holds for every start of one `run` call."""
+    name: str = ""
+    model: str = "random-1b-f16.gguf"  # a file in $FSGPU
+    pin: str = ""  # taskset CPU list for llama-server ("" = not pinned)
+    max_tokens: int = MAX_TOKENS
+
+    def columns(self) -> dict[str, object]:
+        return {"run": self.name, "model": self.model, "pin": self.pin, "max_tokens": self.max_tokens}
+
+
 class Server:
-    def __init__(self, cfg: Config, log: Path) -> None:
+    def __init__(self, cfg: Config, log: Path, setup: Setup) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(FSGPU / "bin" / "llama-server"), "-m", str(FSGPU / "random-1b-f16.gguf"), "--host", "127.0.0.1",
+        pin = ["taskset", "-c", setup.pin] if setup.pin else []
+        cmd = [*pin, str(FSGPU / "bin" / "llama-server"), "-m", str(FSGPU / setup.model), "--host", "127.0.0.1",
                "--port", str(self.port), "-c", "16384", "--alias", "random-1b", *cfg.args()]
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log = log
@@ -193,12 +213,13 @@ def card_and_machine() -> tuple[str, str]:
 
 
 def measure_start(cfg: Config, plan: str, start: int, loads: dict[int, int], card: str, machine: str,
-                  logdir: Path, label: str) -> list[dict[str, object]]:
+                  logdir: Path, label: str, setup: Setup = Setup()) -> list[dict[str, object]]:
     base: dict[str, object] = {"plan": plan, "config": cfg.name, "label": label, "fa": cfg.fa, "batch": cfg.batch,
                                "ubatch": cfg.ubatch, "cache_k": cfg.cache_k, "cache_v": cfg.cache_v,
                                "parallel": cfg.parallel, "ngl": cfg.ngl, "start": start, "card": card,
-                               "machine": machine}
-    server = Server(cfg, logdir / f"{plan}-{start}-{label.replace(' ', '_').replace('/', '-')}.log")
+                               "machine": machine, **setup.columns()}
+    server = Server(cfg, logdir / f"{setup.name}{plan}-{start}-{label.replace(' ', '_').replace('/', '-')}.log",
+                    setup)
     rows: list[dict[str, object]] = []
     try:
         try:
@@ -208,7 +229,7 @@ def measure_start(cfg: Config, plan: str, start: int, loads: dict[int, int], car
         for streams, repeats in loads.items():
             for rep in range(-1, repeats):  # repeat -1: warmup (graphs, slots, caches), not recorded
                 try:
-                    m = asyncio.run(measure_load(server.url, streams, 32 if rep < 0 else MAX_TOKENS))
+                    m = asyncio.run(measure_load(server.url, streams, 32 if rep < 0 else setup.max_tokens))
                     if rep >= 0:
                         rows.append({**base, "load": streams, "repeat": rep, "status": "ok",
                                      "ready_s": round(ready, 3), "unix_time": round(time.time(), 1),
@@ -227,11 +248,12 @@ def measure_start(cfg: Config, plan: str, start: int, loads: dict[int, int], car
     return rows
 
 
-def done_pairs(path: Path, plan: str) -> set[tuple[str, int]]:
+def done_pairs(path: Path, plan: str, run_name: str) -> set[tuple[str, int]]:
     if not path.exists():
         return set()
     with path.open() as f:
-        return {(r.get("label") or r["config"], int(r["start"])) for r in csv.DictReader(f) if r["plan"] == plan}
+        return {(r.get("label") or r["config"], int(r["start"])) for r in csv.DictReader(f)
+                if r["plan"] == plan and (r.get("run") or "") == run_name}
 
 
 def run(a: argparse.Namespace) -> None:
@@ -247,7 +269,8 @@ def run(a: argparse.Namespace) -> None:
         loads = {1: a.repeats_calib}
         if a.four:
             loads[4] = a.repeats
-    done = done_pairs(a.csv, a.plan)
+    setup = Setup(a.run, a.model, a.pin, a.max_tokens)
+    done = done_pairs(a.csv, a.plan, a.run)
     new = not a.csv.exists()
     rng = random.Random(a.seed)
     with a.csv.open("a", newline="") as f:
@@ -266,13 +289,13 @@ def run(a: argparse.Namespace) -> None:
                 if time.time() - t0 > a.deadline_s:
                     print(f"deadline reached after {time.time() - t0:.0f} s", flush=True)
                     return
-                rows = measure_start(cfg, a.plan, start, loads, card, machine, a.logdir, label)
+                rows = measure_start(cfg, a.plan, start, loads, card, machine, a.logdir, label, setup)
                 writer.writerows(rows)
                 f.flush()
                 ok = [r for r in rows if r["status"] == "ok"]
                 summary = {ld: round(statistics.median(float(r["tok_s"]) for r in ok if r["load"] == ld), 1)
                            for ld in loads if any(r["load"] == ld for r in ok)}
-                print(f"[{time.time() - t0:5.0f} s] start {start} {label}: "
+                print(f"[{time.time() - t0:5.0f} s] {a.run} start {start} {label}: "
                       f"{summary or rows[0].get('note')}", flush=True)
 
 
@@ -323,6 +346,10 @@ def main() -> int:
     r.add_argument("--logdir", type=Path, default=FSGPU / "table-logs")
     r.add_argument("--deadline-s", type=float, default=1e9, help="start no new server after this many seconds")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--run", default="", help="setup name written in every row (the `run` column)")
+    r.add_argument("--model", default="random-1b-f16.gguf", help="GGUF file in $FSGPU")
+    r.add_argument("--pin", default="", help="taskset CPU list for llama-server, e.g. 0-7")
+    r.add_argument("--max-tokens", type=int, default=MAX_TOKENS, help="output tokens of a measured run")
     s = sub.add_parser("show")
     s.add_argument("csv", type=Path)
     a = p.parse_args()
