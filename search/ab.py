@@ -27,7 +27,8 @@ from harness.fingerprint import MATERIAL, material_differences
 from harness.quality import QualityModel
 from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
 from harness.workloads import WorkloadSpec
-from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, GateReport, MetricVerdict, compare
+from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
+from search.gate_report import GateReport
 from search.sequential import MIN_STARTS, compare_errors, compare_quality, compare_starts, settled
 from search.space import Config, Space
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from search.ab import SideResult, Subject
-from search.gate import ClaimResult
+from search.claims import ClaimResult
 
 
 def subject_changes(a: Subject, b: Subject) -> list[str]:

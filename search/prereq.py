@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.session import LaunchFailed, MeasureSettings
 from search.ab import Subject, measure_alone
-from search.gate import Claim, missing_prerequisites
+from search.claims import Claim, missing_prerequisites
 from search.space import Space
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from search.gate import compare, hardware_here, hardware_matches, judge_claim, missing_prerequisites, parse_claim
+from search.claims import hardware_here, hardware_matches, judge_claim, missing_prerequisites, parse_claim
+from search.gate import compare
 
 
 def test_parse_hardware_and_prerequisites() -> None:

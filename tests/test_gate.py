@@ -8,18 +8,17 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
+from search.claims import judge_claim, parse_claim
 from search.gate import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     EXIT_REGRESSION,
-    GateReport,
     compare,
-    judge_claim,
     metric_direction,
     min_rounds_for_alpha,
-    parse_claim,
     repeats_needed,
 )
+from search.gate_report import GateReport
 
 
 def noisy(median: float, cv: float, n: int, seed: int) -> list[float]:

@@ -36,17 +36,10 @@ from search.baseline import (
     raw_space_doc,
     save_baseline,
 )
+from search.claims import hardware_here, judge_claim, parse_claim
 from search.explain import explain_claim, subject_changes
-from search.gate import (
-    DEFAULT_ALPHA,
-    DEFAULT_MIN_EFFECT,
-    EXIT_INCONCLUSIVE,
-    GateReport,
-    compare,
-    hardware_here,
-    judge_claim,
-    parse_claim,
-)
+from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
+from search.gate_report import GateReport
 from search.results import ResultsError, write_json_atomic, write_text_atomic
 from search.space import Config, Space
 from search.terminal import make_console
