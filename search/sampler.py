@@ -172,6 +172,9 @@ def default_design_size(space: Space) -> int:
     return max(4, min(10, n_params + 2, space.m.budget.trials // 4))
 
 
+INNER_NAMES = {"TPESampler": "guided: TPE", "NSGAIISampler": "guided: NSGA-II", "RandomSampler": "random"}
+
+
 class FlagSampler(BaseSampler):
     """A fixed space-filling design for the first trials, then `inner` (TPE or NSGA-II). A
     proposal identical to an earlier or running trial is drawn again (RESAMPLE_TRIES times),
@@ -192,6 +195,7 @@ class FlagSampler(BaseSampler):
         self.allowed = allowed or (lambda _: True)
         configs = enumerate_configs(dists) if dists else None
         self.all_configs = None if configs is None else [c for c in configs if self.allowed(c)]
+        self.origins: dict[int, str] = {}  # trial number -> how its config was chosen (shown in progress)
 
     # ---- BaseSampler --------------------------------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -205,11 +209,14 @@ class FlagSampler(BaseSampler):
         # Always asked, so that NSGA-II counts design trials in its generations.
         proposal = self.inner.sample_relative(study, trial, inner_space)
         row = self._design_row(study, trial)
+        origin = INNER_NAMES.get(type(self.inner).__name__, type(self.inner).__name__)
         if row is not None:
             proposal = {**proposal, **self.design[row]}
+            origin = f"space-filling design {row + 1}/{len(self.design)}"
         elif self.guide == "gp":
             guided = self._gp_choice(study, trial)
             if guided is not None:
+                self.origins[trial.number] = "guided: the highest expected improvement under the model of results"
                 return {**proposal, **guided}
         proposal = self._complete(proposal)
         taken = self._taken(study, trial)
@@ -221,6 +228,8 @@ class FlagSampler(BaseSampler):
             fresh = self._untried(taken, proposal)
             if fresh is not None:
                 proposal = {**proposal, **fresh}
+                origin = "the closest untried config (the sampler repeated a tried one)"
+        self.origins[trial.number] = origin
         return proposal
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,

@@ -251,3 +251,19 @@ def test_allowed_configs_only(guide: str) -> None:
         seen.append((values["a"], values["b"], values["c"]))
         study.tell(trial, float(values["c"] + values["a"]))
     assert len(set(seen)) == 16 and all(a != 3 for a, _, _ in seen), seen
+
+
+def test_each_proposal_says_how_it_was_chosen() -> None:
+    """The progress line of every trial names its origin: the space-filling design first, then
+    configs guided by the results (the demo's output shows both)."""
+    space = make_space(GRID)
+    sampler = make_sampler(space, 0, n_design=3)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for i in range(6):
+        trial = study.ask()
+        values = space.sample(trial).values
+        trial.set_constraint(FAILED_KEY, 0.0)
+        study.tell(trial, float(values["a"] + values["c"] + i % 2))
+    origins = sampler.origins  # type: ignore[attr-defined]
+    assert [origins[n] for n in range(3)] == [f"space-filling design {k}/3" for k in (1, 2, 3)]
+    assert all(origins[n].startswith("guided: ") for n in range(3, 6)), origins
