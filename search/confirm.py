@@ -11,9 +11,10 @@ other than ours used a large share of the CPU while we measured.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from search.sequential import MIN_STARTS, compare_starts, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
+THROTTLE = Path(__file__).resolve().parent.parent / "harness" / "throttle.py"
 Progress = Callable[[str], None]
 
 
@@ -80,8 +82,10 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     objective = space.m.objectives[0]
     arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params),
                 key=str(r.number)) for r in [default, *tops]]
-    arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **overrides}, key=f"control{i + 1}",
-                 control=dict(overrides)) for i, overrides in enumerate(space.m.confirm.controls)]
+    arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **{k: v for k, v in overrides.items()
+                                                                   if k != "slowdown"}},
+                 key=f"control{i + 1}", control=dict(overrides))
+             for i, overrides in enumerate(space.m.confirm.controls)]
     looks = tuple(range(min_rounds, max_rounds + 1))
     loads: list[LoadWindow] = []
     verdicts: dict[str, MetricVerdict] = {}
@@ -120,14 +124,19 @@ def _detected(verdict: MetricVerdict | None) -> bool:
     return verdict is not None and verdict.verdict == "regressed"
 
 
-def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path) -> tuple[list[float], str]:
+def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path,
+                  slowdown: float | None = None) -> tuple[list[float], str]:
     """The first objective's per-run values of a config on a fresh server start, and the command.
+    `slowdown`: serve it behind harness/throttle.py --stretch (a positive control).
     Raises TrialFailed when it cannot be measured."""
     workload, _, leaf = space.m.objectives[0].metric.partition(".")
     config = space.sample(_fixed(params))
     flags, env, _ = space.split(config)
-    req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, log_dir,
-                     fresh=True)
+    engine = space.engine_settings(config.engine)
+    if slowdown:
+        engine = replace(engine, command=(sys.executable, str(THROTTLE), str(slowdown), "--stretch", "--",
+                                          *engine.command))
+    req = RunRequest(engine, space.model_choice(config.model), flags, env, log_dir, fresh=True)
     m = space.m.measure
     specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
     measured = session.run(req, specs, MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf)))
@@ -148,7 +157,7 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
 
 def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[float]:
     try:
-        values, arm.command = measure_fresh(session, space, arm.params, log_dir)
+        values, arm.command = measure_fresh(session, space, arm.params, log_dir, arm.control.get("slowdown"))
     except TrialFailed as exc:
         arm.failures.append(str(exc))
         return []
@@ -173,12 +182,12 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         return ("not confirmed: " + "; ".join(f"{a.label} failed ({a.failures[-1][:120]})" for a in failed)), None
     controls = {a.key: a for a in arms if a.control}
     tops = {k: v for k, v in verdicts.items() if k not in controls}
-    if not tops:
-        return "nothing to confirm: no feasible config besides the default", None
-    lines = [f"#{k}: {_ratio_text(v)} the default ({v.verdict})" for k, v in tops.items()]
     checks = [_control_text(controls[k], verdicts.get(k)) for k in controls]
     missed = [k for k in controls if not _detected(verdicts.get(k))]
     suffix = ("; " + "; ".join(checks)) if checks else ""
+    if not tops:
+        return "nothing to confirm: no feasible config besides the default" + suffix, None
+    lines = [f"#{k}: {_ratio_text(v)} the default ({v.verdict})" for k, v in tops.items()]
     if contended:
         return ("verdict withheld: other programs used much of the CPU while confirming, so the ranking may be "
                 "the load's; measured: " + "; ".join(lines) + suffix), None

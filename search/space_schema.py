@@ -266,9 +266,11 @@ class ConfirmModel(Strict):
 
     top_k: int = Field(default=1, ge=0)  # 0: no confirmation
     max_rounds: int = Field(default=5, ge=3)
-    # Positive controls: parameter overrides of the default that make a config known to be worse
-    # (eager fp32, a throttle). They are confirmed beside the others; one not found worse shows that
-    # the confirmation lacked the power to see a real difference, and the answer says so.
+    # Positive controls: configs known to be worse than the default, confirmed beside the others;
+    # one not found worse shows that the confirmation lacked the power to see a real difference,
+    # and the answer says so. Each is parameter overrides of the default and/or `slowdown: F`: the
+    # default served behind harness/throttle.py --stretch (every response byte (1/(1-F)) x later,
+    # throughput x (1-F) whatever the machine's load), a known slowdown on any hardware.
     controls: list[dict[str, Any]] = Field(default_factory=list, max_length=4)
 
 
@@ -308,10 +310,17 @@ class SpaceModel(Strict):
             raise ValueError("models: names must be unique")
         reserved = {"engine", "model"}
         for i, control in enumerate(self.confirm.controls):
-            unknown = sorted(set(control) - set(self.params) - reserved)
+            unknown = sorted(set(control) - set(self.params) - reserved - {"slowdown"})
             if unknown or not control:
-                raise ValueError(f"confirm.controls[{i}]: give parameter overrides of the default"
-                                 + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+                raise ValueError(f"confirm.controls[{i}]: give parameter overrides of the default and/or "
+                                 "`slowdown: F`" + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+            slowdown = control.get("slowdown")
+            if slowdown is not None and (isinstance(slowdown, bool) or not isinstance(slowdown, int | float)
+                                         or not 0 < slowdown < 1):
+                raise ValueError(f"confirm.controls[{i}].slowdown: a fraction between 0 and 1, e.g. 0.2")
+            runs_on = self.engines.get(str(control.get("engine", next(iter(self.engines), ""))))
+            if slowdown is not None and runs_on is not None and runs_on.launcher != "process":
+                raise ValueError(f"confirm.controls[{i}].slowdown: only for engines run as local processes")
         for pname, param in self.params.items():
             if param.side == "request" and pname not in REQUEST_SIDE:
                 raise ValueError(f"params.{pname}: request-side parameters are {', '.join(REQUEST_SIDE)}")
