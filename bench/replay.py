@@ -318,7 +318,7 @@ def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: fl
             study.tell(trial, value)
             if best is None or value > best[0]:
                 best = (value, config)
-        if stop_rule and study_should_stop(study, space, noise_floor).stop:
+        if stop_rule and study_should_stop(study, space, noise_floor, allowed=allowed).stop:
             break
         if not stop_rule and c.reached:
             break

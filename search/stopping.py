@@ -15,7 +15,7 @@ quantized V cache without flash attention, does not keep the study going).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +76,12 @@ def nothing_left_to_win(observed: Sequence[Observation], untried: Sequence[dict[
                         incumbent, bound, dict(untried[i]))
 
 
-def study_observations(study: Study, space: Space) -> tuple[list[Observation], list[dict[str, Any]]]:
+def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, Any]], bool] | None = None,
+                       ) -> tuple[list[Observation], list[dict[str, Any]]]:
     """(finished configs, untried configs) of a study over a discrete space, on its first
     objective; failures (see search.sampler) as value None. Running and queued configs are
-    neither: they are not untried."""
+    neither: they are not untried. `allowed`: the configs the sampler may propose at all (as
+    make_sampler's); the others are not untried either, since no trial will ever run them."""
     dists = design_space(space)
     observed: list[Observation] = []
     taken: set[str] = set()
@@ -96,19 +98,20 @@ def study_observations(study: Study, space: Space) -> tuple[list[Observation], l
         elif t.state == TrialState.PRUNED:  # stopped early for performance: measured, not a winner
             taken.add(key)
     configs = enumerate_configs(dists) or []
-    untried = [c for c in configs if repr([(k, c[k]) for k in dists]) not in taken]
+    untried = [c for c in configs if repr([(k, c[k]) for k in dists]) not in taken and (allowed is None or allowed(c))]
     return observed, untried
 
 
 def study_should_stop(study: Study, space: Space, noise_floor: float,
-                      roofline_fraction: float | None = None, min_results: int | None = None) -> StopDecision:
+                      roofline_fraction: float | None = None, min_results: int | None = None,
+                      allowed: Callable[[dict[str, Any]], bool] | None = None) -> StopDecision:
     """The loop's entry point: call after each finished trial; stop with `reason` when `stop`.
     Single objective only (with several objectives it stops only when the space is exhausted);
     spaces too large or continuous to enumerate never stop here (their budget does)."""
     dists = design_space(space)
     if enumerate_configs(dists) is None:
         return StopDecision(False, "the space is too large or continuous to judge what is left")
-    observed, untried = study_observations(study, space)
+    observed, untried = study_observations(study, space, allowed)
     maximize = study.directions[0] == StudyDirection.MAXIMIZE
     if len(study.directions) > 1 and untried:
         return StopDecision(False, "several objectives: the study runs to its budget")

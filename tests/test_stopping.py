@@ -129,3 +129,14 @@ def test_minimize_direction() -> None:
     measured = rng.sample(configs(), 15) + [c for c in configs() if c["a"] == 2][:2]
     stops = study_should_stop(study_of(space, measured, lambda c: 1.0 / speed(c)), space, 0.03)
     assert stops.stop, stops
+
+
+def test_configs_the_sampler_may_not_propose_are_not_untried() -> None:
+    """Every config with a = 0 measured; the rest are ruled out (a memory fit, a table cut short):
+    nothing is left to try, so the study stops instead of waiting for configs no trial will run."""
+    space = make_space()
+    measured = [c for c in configs() if c["a"] == 0]
+    study = study_of(space, measured, speed)
+    assert not study_should_stop(study, space, noise_floor=0.03).stop
+    decision = study_should_stop(study, space, noise_floor=0.03, allowed=lambda c: c["a"] == 0)
+    assert decision.stop and "every config" in decision.reason
