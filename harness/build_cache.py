@@ -1,19 +1,48 @@
-"""The build cache under FLAGSEARCH_HOME/builds: what is there, and removing what is no longer used."""
+"""The build cache under FLAGSEARCH_HOME/builds: where builds live, one installer per folder at a time,
+what is there, and removing what is no longer used."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.builds import READY, _locked, builds_dir
+from harness import setup_paths
+
+READY = ".flagsearch-build.json"  # the manifest; its presence means the build finished
+
+
+def builds_dir() -> Path:
+    return setup_paths.home() / "builds"
+
+
+def cache_key(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """One installer per build directory at a time (two agents asking for the same build wait)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -78,7 +107,7 @@ def prune_builds(older_than_days: float | None = None, keep: set[str] | None = N
     removed += [p for p in builds_dir().glob("*") if p.is_dir() and p not in finished and not _busy(p)]
     if not dry_run:
         for p in removed:
-            with _locked(p):
+            with locked(p):
                 shutil.rmtree(p, ignore_errors=True)
             with contextlib.suppress(OSError):
                 Path(f"{p}.lock").unlink()

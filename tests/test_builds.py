@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import builds
-from harness.build_cache import list_builds, prune_builds
+from harness.build_cache import READY, list_builds, prune_builds
 from harness.builds import BuildError, ensure_build, parse_build, pinned_text
 
 BACKEND = '''
@@ -122,7 +121,7 @@ def test_git_ref_build_is_resolved_cached_and_rebuilt_when_the_ref_moves(repo: P
 
     listed = {c.path.name: c for c in list_builds()}
     assert len(listed) == 2 and all(c.size_bytes > 0 for c in listed.values())
-    manifest = json.loads((Path(first.python).parent.parent / builds.READY).read_text())
+    manifest = json.loads((Path(first.python).parent.parent / READY).read_text())
     assert manifest["packages"]["fakeengine"] == "1.0"
 
     # The command lists the same builds, with exact versions and sizes.

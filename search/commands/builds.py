@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.build_cache import list_builds, prune_builds
-from harness.builds import builds_dir, describe, ensure_build, parse_build
+from harness.build_cache import builds_dir, list_builds, prune_builds
+from harness.builds import describe, ensure_build, parse_build
 from search.commands.regress import _progress
 
 

