@@ -299,9 +299,12 @@ class Engine(ABC):
     @abstractmethod
     def parse_startup(self, log_text: str) -> StartupInfo: ...
 
-    @abstractmethod
+    # (cause, pattern) pairs, most specific first: the log lines classify_failure recognises.
+    failure_patterns: ClassVar[list[tuple[str, re.Pattern[str]]]] = []
+
     def classify_failure(self, log_text: str) -> FailureCause | None:
         """The cause of a failed start or crash, from the log; None if nothing recognised."""
+        return first_match(self.failure_patterns, log_text)
 
     def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
         """Features the flags ask for that must show up in the server's counters."""
@@ -309,7 +312,10 @@ class Engine(ABC):
 
     async def count_tokens(self, client: httpx.AsyncClient, base_url: str, model_id: str,
                            messages: list[dict[str, str]]) -> TokenCount:
-        """Prompt tokens of a chat request, counted by the server's own tokenizer and template."""
+        """Prompt tokens of a chat request, counted by the server's own tokenizer and template
+        (by sending the prompt where the server has no tokenizer endpoint: counts_by_request)."""
+        if self.counts_by_request:
+            return await count_tokens_via_usage(client, base_url, model_id, messages)
         resp = await client.post(base_url + "/tokenize", json={"model": model_id, "messages": messages})
         resp.raise_for_status()
         body = resp.json()

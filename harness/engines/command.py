@@ -20,20 +20,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from harness.engines.base import (
     Engine,
     EngineSettings,
-    FailureCause,
     MemoryKnobs,
     MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
-    TokenCount,
-    count_tokens_via_usage,
-    first_match,
     launch_spec,
     read_memory_knobs,
     value_text,
@@ -114,6 +108,7 @@ def mapped_flags(flags: Mapping[str, Any], flag_map: Mapping[str, str]) -> list[
 
 class CommandEngine(Engine):
     dialect = "command"
+    failure_patterns = _FAILURES
     # Tokens are counted by sending the prompt (no tokenizer endpoint): workloads size prompts under a
     # separate nonce so the counting request cannot warm the prefix cache for the measured one.
     counts_by_request = True
@@ -145,12 +140,6 @@ class CommandEngine(Engine):
             info.facts["listening"] = listening.group(1)
         return info
 
-    def classify_failure(self, log_text: str) -> FailureCause | None:
-        return first_match(_FAILURES, log_text)
-
-    async def count_tokens(self, client: httpx.AsyncClient, base_url: str, model_id: str,
-                           messages: list[dict[str, str]]) -> TokenCount:
-        return await count_tokens_via_usage(client, base_url, model_id, messages)
 
     def request_extras(self) -> dict[str, Any]:
         return {}  # a strict OpenAI server may refuse unknown fields such as ignore_eos

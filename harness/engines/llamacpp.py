@@ -24,7 +24,6 @@ from harness.engines.base import (
     ModelChoice,
     StartupInfo,
     TokenCount,
-    first_match,
     flag_name,
     launch_spec,
     value_text,
@@ -122,6 +121,7 @@ def _line_time(pattern: str, text: str) -> float | None:
 
 class LlamaCppEngine(Engine):
     dialect = "llamacpp"
+    failure_patterns = _FAILURES
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
         return [{"content": text, "add_special": True}]
@@ -246,7 +246,7 @@ class LlamaCppEngine(Engine):
         return info
 
     def classify_failure(self, log_text: str) -> FailureCause | None:
-        found = first_match(_FAILURES, log_text)
+        found = super().classify_failure(log_text)
         if found and found.cause == "bad_flag" and found.flag is None:
             # A KV cache type whose block does not divide this model's head size: the value is wrong
             # for this model whatever else is set.

@@ -11,20 +11,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from harness.engines.base import (
     Engine,
     EngineSettings,
-    FailureCause,
     FeatureExpectation,
     MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
-    TokenCount,
-    count_tokens_via_usage,
-    first_match,
     launch_spec,
 )
 from harness.launch.spec import LaunchSpec
@@ -61,6 +55,7 @@ _NUM = r"([\d.]+)"
 
 class SglangEngine(Engine):
     dialect = "sglang"
+    failure_patterns = _FAILURES
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
         return [{"model": model_id, "prompt": text}]
@@ -144,18 +139,12 @@ class SglangEngine(Engine):
             info.facts["ready_line"] = "The server is fired up and ready to roll!"
         return info
 
-    def classify_failure(self, log_text: str) -> FailureCause | None:
-        return first_match(_FAILURES, log_text)
-
     def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
         # No speculative counters to check against; prefix caching has the cached-token counter.
         if flags.get("enable_prefix_caching") is True:
             return [FeatureExpectation("prefix_caching", "prompt_tokens_cached", "radix cache is on")]
         return []
 
-    async def count_tokens(self, client: httpx.AsyncClient, base_url: str, model_id: str,
-                           messages: list[dict[str, str]]) -> TokenCount:
-        return await count_tokens_via_usage(client, base_url, model_id, messages)
 
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # SGLang's OpenAI server passes chat_template_kwargs to the template, as vLLM does.

@@ -27,12 +27,10 @@ from harness import setup_paths
 from harness.engines.base import (
     Engine,
     EngineSettings,
-    FailureCause,
     ModelChoice,
     StartupInfo,
     TokenCount,
     dashed_flags,
-    first_match,
     launch_spec,
 )
 from harness.launch.spec import LaunchSpec
@@ -51,6 +49,13 @@ _FAILURES: list[tuple[str, re.Pattern[str]]] = [
                                    r"is not a local folder|No such file or directory|Can't load the configuration",
                                    re.I)),
     ("crashed", re.compile(r"Traceback \(most recent call last\)|Segmentation fault|core dumped")),
+]
+
+# Startup facts: the model loaded, the transformers version its config names, the address served.
+_FACTS: list[tuple[str, re.Pattern[str]]] = [
+    ("model", re.compile(r"\[transformers\] Loading (\S+)")),
+    ("config_transformers_version", re.compile(r'"transformers_version": "([^"]+)"')),
+    ("listening", re.compile(r"Uvicorn running on (\S+)")),
 ]
 
 
@@ -78,6 +83,7 @@ def cache_entry(model: ModelChoice, hub: Path) -> str:
 
 class TransformersServeEngine(Engine):
     dialect = "transformers_serve"
+    failure_patterns = _FAILURES
     ready_path = "/health"
     # No tokenizer endpoint: prompts are sized by a request, under a separate nonce (see workloads).
     counts_by_request = True
@@ -98,19 +104,11 @@ class TransformersServeEngine(Engine):
         dtype = re.search(r"Will use dtype=torch\.(\w+)", log_text)
         if dtype:
             info.backends["dtype"] = dtype.group(1)
-        loaded = re.search(r"\[transformers\] Loading (\S+)", log_text)
-        if loaded:
-            info.facts["model"] = loaded.group(1)
-        version = re.search(r'"transformers_version": "([^"]+)"', log_text)
-        if version:
-            info.facts["config_transformers_version"] = version.group(1)
-        listening = re.search(r"Uvicorn running on (\S+)", log_text)
-        if listening:
-            info.facts["listening"] = listening.group(1)
+        for fact, pattern in _FACTS:
+            found = pattern.search(log_text)
+            if found:
+                info.facts[fact] = found.group(1)
         return info
-
-    def classify_failure(self, log_text: str) -> FailureCause | None:
-        return first_match(_FAILURES, log_text)
 
     async def count_tokens(self, client: httpx.AsyncClient, base_url: str, model_id: str,
                            messages: list[dict[str, str]]) -> TokenCount:

@@ -9,14 +9,12 @@ from typing import Any
 from harness.engines.base import (
     Engine,
     EngineSettings,
-    FailureCause,
     FeatureExpectation,
     MemoryParams,
     MetricNames,
     ModelChoice,
     StartupInfo,
     dashed_flags,
-    first_match,
     launch_spec,
 )
 from harness.launch.spec import LaunchSpec
@@ -94,6 +92,7 @@ def _num(text: str) -> float:
 
 class VllmEngine(Engine):
     dialect = "vllm"
+    failure_patterns = _FAILURES
     teacher_forcing = "prompt_logprobs"  # one completion request with prompt_logprobs reads them all
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
@@ -189,9 +188,6 @@ class VllmEngine(Engine):
             info.facts.update(spec_mean_acceptance_length=mean, spec_per_position_acceptance=per_position,
                               spec_draft_acceptance_pct=pct)
         return info
-
-    def classify_failure(self, log_text: str) -> FailureCause | None:
-        return first_match(_FAILURES, log_text)
 
     def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
         out = []
