@@ -256,7 +256,12 @@ def record_outcome(fault: str, how: str, engine: str, cause: str, result: str, l
 
 def show_table(request: Any, title: str, rows: list[dict[str, str]]) -> None:
     """Print the table past pytest's output capture, so it shows in every test run's output."""
-    text = f"\nfaults x outcomes ({title})\n{outcome_table(rows)}\n"
+    print_past_capture(request, f"\nfaults x outcomes ({title})\n{outcome_table(rows)}\n")
+
+
+def print_past_capture(request: Any, text: str) -> None:
+    """Print past pytest's output capture (`request`: a test's FixtureRequest), so that a table
+    shows in every `make test` log."""
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if capture is None:
         print(text)

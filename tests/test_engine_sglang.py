@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from documented_logs import documented_failures
 
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.sglang import SglangEngine, sglang_flags
@@ -57,16 +58,7 @@ def test_parse_startup_of_recorded_text() -> None:
     assert SglangEngine().classify_failure((DATA / "sglang_gpu_documented.log").read_text()) is None
 
 
-def _documented() -> list[tuple[str, str]]:
-    rows = []
-    for line in (DATA / "sglang_failures_documented.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            cause, text = line.split("\t", 1)
-            rows.append((cause, text))
-    return rows
-
-
-@pytest.mark.parametrize(("cause", "text"), _documented())
+@pytest.mark.parametrize(("cause", "text"), documented_failures("sglang_failures_documented.txt"))
 def test_documented_failure_lines(cause: str, text: str) -> None:
     found = SglangEngine().classify_failure("[2026-04-02 10:00:01] starting\n" + text)
     assert found is not None and found.cause == cause and found.line == text

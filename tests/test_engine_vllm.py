@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from documented_logs import documented_failures
 
 from harness.engines import EngineSettings, ModelChoice
 from harness.engines.vllm import VllmEngine
@@ -88,16 +89,7 @@ def test_a_real_max_model_len_failure() -> None:
     assert "greater than the derived max_model_len" in found.line
 
 
-def _documented() -> list[tuple[str, str]]:
-    rows = []
-    for line in (DATA / "vllm_failures_documented.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            cause, text = line.split("\t", 1)
-            rows.append((cause, text))
-    return rows
-
-
-@pytest.mark.parametrize(("cause", "text"), _documented())
+@pytest.mark.parametrize(("cause", "text"), documented_failures("vllm_failures_documented.txt"))
 def test_documented_failure_lines(cause: str, text: str) -> None:
     found = VllmEngine().classify_failure("INFO some earlier line\n" + text + "\nINFO later")
     assert found is not None and found.cause == cause and found.line == text.strip()

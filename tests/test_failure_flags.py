@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from documented_logs import documented_failures
 
 from harness.engines import get_engine
 from harness.engines.llamacpp import LlamaCppEngine
@@ -17,15 +18,6 @@ from harness.engines.sglang import SglangEngine
 from harness.engines.vllm import VllmEngine
 
 DATA = Path(__file__).parent / "data"
-
-
-def _documented(name: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for line in (DATA / name).read_text().splitlines():
-        if line and not line.startswith("#"):
-            cause, text = line.split("\t", 1)
-            out.setdefault(cause, []).append(text)
-    return out
 
 
 def test_llamacpp_bad_value_capture_names_flag_value_and_param() -> None:
@@ -71,7 +63,7 @@ def test_a_rejection_that_names_no_value_names_no_flag() -> None:
 
 
 def test_vllm_argparse_rejections() -> None:
-    lines = _documented("vllm_failures_documented.txt")["bad_flag"]
+    lines = [text for cause, text in documented_failures("vllm_failures_documented.txt") if cause == "bad_flag"]
     unknown = VllmEngine().classify_failure(lines[0])
     assert unknown is not None and (unknown.flag, unknown.value) == ("--max-num-seq", None)
     assert VllmEngine().param_for_flag(unknown.flag, {"max_num_seq": 4}) == "max_num_seq"
@@ -94,7 +86,7 @@ def test_vllm_real_rejections(log: str, flag: str, value: str | None) -> None:
 
 
 def test_sglang_argparse_rejections() -> None:
-    lines = _documented("sglang_failures_documented.txt")["bad_flag"]
+    lines = [text for cause, text in documented_failures("sglang_failures_documented.txt") if cause == "bad_flag"]
     unknown = SglangEngine().classify_failure(lines[0])
     assert unknown is not None and (unknown.flag, unknown.value) == ("--max-num-seqs", None)
     choice = SglangEngine().classify_failure(lines[1])

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import soak  # noqa: E402
+from fault_server import print_past_capture  # noqa: E402
 from soak_audit import Tally, audit_study, table  # noqa: E402
 
 from harness.failure import Failure  # noqa: E402
@@ -26,16 +27,6 @@ from search.storage import BUDGET_ATTR  # noqa: E402
 from search.trial_index import RECORD_ATTR  # noqa: E402
 
 
-def show(request: pytest.FixtureRequest, text: str) -> None:
-    """Print past pytest's capture, so the tally shows in every `make test` log."""
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if capture is None:
-        print(text)
-        return
-    with capture.global_and_fixture_disabled():
-        print(text, flush=True)
-
-
 @pytest.mark.e2e
 def test_short_soak_loses_doubles_and_leaks_nothing(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # Seed 54 draws, over the first 9 trial starts: port, oom, oom, tool_term, engine_stop, -,
@@ -43,7 +34,7 @@ def test_short_soak_loses_doubles_and_leaks_nothing(tmp_path: Path, request: pyt
     settings = soak.SoakSettings(trials=8, seed=54, rate=0.5, max_tokens=24, request_timeout_s=6.0,
                                  workdir=tmp_path)
     tally = soak.soak(settings)
-    show(request, f"\nsoak (8 trials, seed 54)\n{table(tally)}\n")
+    print_past_capture(request, f"\nsoak (8 trials, seed 54)\n{table(tally)}\n")
     assert tally.counted == tally.asked == 8
     assert not tally.lost, tally.lost
     assert not tally.doubled, tally.doubled
