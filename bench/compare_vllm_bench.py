@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
-from harness.launch import get_launcher, wait_ready
+from harness.launch import start_ready
 from harness.launch.base import Server
 from harness.measure import measure_workload
 from harness.metrics import Scrape, delta, scrape
@@ -58,13 +58,7 @@ def start_server(model: str, port: int, log: Path, eager: bool) -> Server:
         flags["enforce_eager"] = True
     engine = get_engine("vllm")
     spec = engine.build_launch(settings, ModelChoice(name="smollm2", path=model), flags, {}, port)
-    server = get_launcher("process").start(spec, log)
-    try:
-        wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return start_ready(spec, log, engine.ready_path)
 
 
 def flagsearch_run(base_url: str, model_id: str, args: argparse.Namespace) -> dict[str, float]:

@@ -33,7 +33,7 @@ import httpx
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.external_bench import parse_export, run_vllm_bench
-from harness.launch import get_launcher, wait_ready
+from harness.launch import start_ready
 from harness.measure import measure_workload
 from harness.session import free_port
 from harness.workloads import Item, WorkloadSpec
@@ -115,9 +115,8 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {"flagsearch": [], "vllm bench serve": [], "aiperf": []}
     with tempfile.TemporaryDirectory(prefix="external-bench-") as tmp_s:
         tmp = Path(tmp_s)
-        server = get_launcher("process").start(spec, tmp / "llama.log")
+        server = start_ready(spec, tmp / "llama.log", engine.ready_path)
         try:
-            wait_ready(server, engine.ready_path, spec.ready_timeout_s)
             base = server.spec.base_url
             overhead = template_overhead(base)
             ext_len = max(1, args.input_len - overhead)

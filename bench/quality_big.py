@@ -32,7 +32,7 @@ import yaml
 
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
-from harness.launch import get_launcher, wait_ready
+from harness.launch import start_ready
 from harness.launch.base import Server
 from harness.quality import QualityModel, assess, checks_for, quality_metrics
 from harness.reference import capture_reference
@@ -58,13 +58,7 @@ def start(tmp: Path, model: Path, flags: dict[str, Any], label: str) -> Server:
                               ready_timeout_s=120)
     spec = engine.build_launch(settings, ModelChoice(name=model.stem, path=str(model)), {**BASE, **flags}, {},
                                free_port())
-    server = get_launcher("process").start(spec, tmp / f"{abs(hash(label))}.log")
-    try:
-        wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return start_ready(spec, tmp / f"{abs(hash(label))}.log", engine.ready_path)
 
 
 def damaged_copy(tmp: Path, good: Path, tensor: str, how: list[str]) -> Path:

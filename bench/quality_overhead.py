@@ -30,7 +30,7 @@ import yaml
 
 from harness.client import served_model_id
 from harness.engines import get_engine
-from harness.launch import get_launcher, wait_ready
+from harness.launch import start_ready
 from harness.measure import measure_workload
 from harness.quality import QualityModel, assess, suites
 from harness.reference import ReferenceSpec, capture_reference, compare, prompt_sets
@@ -75,9 +75,8 @@ async def run(space_path: str, rounds: int, suite: str, overrides: list[str], co
     flags, env, _ = space.split(config)
     spec = engine.build_launch(settings, space.model_choice(config.model), flags, env, free_port(settings.host))
     with tempfile.TemporaryDirectory(prefix="quality-overhead-") as tmp:
-        server = get_launcher(spec.launcher).start(spec, Path(tmp) / "server.log")
+        server = start_ready(spec, Path(tmp) / "server.log", engine.ready_path)
         try:
-            wait_ready(server, engine.ready_path, spec.ready_timeout_s)
             base_url = spec.base_url
             async with httpx.AsyncClient() as client:
                 model_id = await served_model_id(client, base_url)

@@ -17,7 +17,7 @@ import pytest
 
 from harness.client import RequestResult
 from harness.engines import get_engine
-from harness.launch import LaunchSpec, get_launcher, wait_ready
+from harness.launch import LaunchSpec, start_ready
 from harness.launch.process import ProcessServer
 from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement, measure_workload
 from harness.steady import review_runs
@@ -32,10 +32,9 @@ def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessSe
     port = free_port()
     spec = LaunchSpec(engine="fault", argv=(sys.executable, str(FAULT_SERVER), "--port", str(port)),
                       host="127.0.0.1", port=port, ready_timeout_s=30.0)
-    server = get_launcher("process").start(spec, tmp_path_factory.mktemp("stall") / "fault.log")
+    server = start_ready(spec, tmp_path_factory.mktemp("stall") / "fault.log", "/health")
     assert isinstance(server, ProcessServer)
     try:
-        wait_ready(server, "/health", 30.0)
         yield server
     finally:
         server.stop()
