@@ -23,8 +23,10 @@ class StudyView:
 
     @staticmethod
     def is_feasible(r: TrialRecord) -> bool:
-        """Measured (or a duplicate of a measured config) and within every constraint."""
-        return (r.state in ("complete", "duplicate") and r.objective_values is not None
+        """Measured and within every constraint. A duplicate carries its original's values and is
+        not another result: counting it made per-load tables name "#8 best, next #7" for two
+        copies of #6."""
+        return (r.state == "complete" and r.objective_values is not None
                 and all(c <= 0 for c in r.constraint_values))
 
     @property
