@@ -387,3 +387,14 @@ def tell_failed_args(directions: Sequence[StudyDirection | str]) -> dict[str, An
     """What `study.tell` needs for a failed trial (after `set_constraint(FAILED_KEY,
     FAILED_VIOLATION)`): COMPLETE with the worst finite values."""
     return {"values": failure_values(directions), "state": TrialState.COMPLETE}
+
+
+def trial_origin(study: Study, trial: optuna.Trial) -> str:
+    """How a trial's config was chosen: the sampler's phase, or queued (the default, a resume,
+    a warm start) when the sampler did not propose it."""
+    origins = getattr(study.sampler, "origins", {})
+    if trial.number in origins:
+        return str(origins[trial.number])
+    if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
+        return "queued (the default config, a resumed trial or a warm start)"
+    return type(study.sampler).__name__

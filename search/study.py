@@ -45,7 +45,7 @@ from search.memory_fit import LocalMemory, estimate, free_at_start
 from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
-from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, space_exhausted
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, space_exhausted, trial_origin
 from search.space import Config, Space, constraint_value
 from search.stopping import study_should_stop
 from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
@@ -172,22 +172,11 @@ class StudyRunner:
             self.reporter.note(f"stopping before the budget: {reason}")
             study.stop()
 
-    def _origin(self, trial: optuna.Trial) -> str:
-        """How this trial's config was chosen: queued (the default, a resume, a warm start) or the
-        sampler's phase (space-filling design, guided by the results, ...)."""
-        origins = getattr(self.study.sampler, "origins", {})
-        if trial.number in origins:
-            return str(origins[trial.number])
-        frozen = self.study._storage.get_trial(trial._trial_id)
-        if "fixed_params" in frozen.system_attrs:
-            return "queued (the default config, a resumed trial or a warm start)"
-        return type(self.study.sampler).__name__
-
     def _objective(self, trial: optuna.Trial) -> list[float]:
         started = time.monotonic()
         config = self.space.sample(trial)  # sample
         self.reporter.trial_started(trial.number, counted_trials(self.study) + 1, self.total, config)
-        self.reporter.phase(f"chosen by: {self._origin(trial)}")
+        self.reporter.phase(f"chosen by: {trial_origin(self.study, trial)}")
         record = TrialRecord(number=trial.number, state=TrialState.RUNNING, params=config.as_params(),
                              engine=config.engine, model=config.model)
         trial.set_user_attr("worker", worker_tag())
