@@ -81,3 +81,28 @@ def test_range_end_inconclusive_states_the_whole_range() -> None:
 def test_needs_two_builds() -> None:
     with pytest.raises(ValueError, match="two builds"):
         next_step(1, [], 3, 9)
+
+
+def test_one_sided_verdict_clears_a_probe_that_cannot_have_regressed() -> None:
+    """The probe measured in docs/regression.md's bisection (0.29.0 vs 0.28.0, 10 rounds under load):
+    the gate calls it inconclusive (its interval reaches +30%, past +20%), but the interval excludes a
+    20% regression, so bisect counts the build as good. A probe whose interval does reach -20% stays
+    inconclusive, and a real regression stays regressed."""
+    from search.commands.bisect import bisect_verdict
+    from search.gate import compare
+
+    # Its raw samples (tok/s): two A rounds hit a load spike.
+    a = [7.912, 3.557, 7.347, 7.797, 7.805, 4.11, 7.69, 7.474, 7.977, 7.733]
+    b = [7.63, 7.474, 7.84, 7.519, 8.168, 6.855, 7.545, 7.464, 7.888, 7.171]
+    v = compare("four_streams.output_tok_s", a, b, min_effect=0.2)
+    assert v.verdict == "inconclusive" and v.ci_high > 1.2 and v.ci_low > 0.8
+    assert bisect_verdict(v) == "not regressed"
+    v = compare("four_streams.output_tok_s", b, a, min_effect=0.2)
+    assert v.ci_low < 0.8 and bisect_verdict(v) == "inconclusive"
+    v = compare("four_streams.output_tok_s", a, [x / 2 for x in a], min_effect=0.2)
+    assert bisect_verdict(v) == "regressed"
+    # Lower is better for latency: a slower probe is the regression side.
+    lat_a = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0]
+    v = compare("four_streams.ttft_p50_s", lat_a, [x * 0.7 for x in lat_a[:3]] + [x * 1.05 for x in lat_a[3:]],
+                min_effect=0.2)
+    assert bisect_verdict(v) in ("not regressed", "improved", "unchanged")

@@ -39,14 +39,19 @@ from search.gate import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     EXIT_REGRESSION,
+    MetricVerdict,
     compare,
     min_rounds_for_alpha,
+    sorted_gain,
 )
 from search.results import read_json, write_json_atomic
 from search.terminal import make_console
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
-GOOD = ("unchanged", "improved")
+# "not regressed": the gate could not call the probe unchanged (its interval reaches past +threshold,
+# e.g. a noisy improvement) but the interval excludes a regression of the threshold, which is all a
+# bisection asks of a probe.
+GOOD = ("unchanged", "improved", "not regressed")
 
 
 # ---- the bisection logic (pure: probes in, next step out) ---------------------------------------
@@ -182,12 +187,31 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     if run.errors:
         probe.verdict, probe.final, probe.note = "error", True, "; ".join(run.errors)[:500]
         return probe
-    v = compare(metric, probe.samples_a, probe.samples_b, min_effect=args.min_effect, alpha=args.alpha)
-    probe.verdict, probe.note, probe.p_value = v.verdict, v.note, v.p_value
+    return judge_probe(probe, metric, args.min_effect, args.alpha, args.max_rounds)
+
+
+def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_rounds: int) -> Probe:
+    """The probe's verdict from its samples (also re-run on resume, so that a state written by an
+    older rule is judged by the current one)."""
+    v = compare(metric, probe.samples_a, probe.samples_b, min_effect=min_effect, alpha=alpha)
+    probe.verdict, probe.note, probe.p_value = bisect_verdict(v), v.note, v.p_value
+    if probe.verdict == "not regressed":
+        probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
+                      "alone could not call it unchanged")
     probe.change_pct = v.change_pct
     probe.ci_low_pct, probe.ci_high_pct = 100 * (v.ci_low - 1), 100 * (v.ci_high - 1)
-    probe.final = v.verdict != "inconclusive"
+    probe.final = probe.verdict != "inconclusive" or probe.rounds >= max_rounds
     return probe
+
+
+def bisect_verdict(v: MetricVerdict) -> str:
+    """The gate's verdict, except that an inconclusive probe whose whole interval lies above
+    -threshold (oriented so that positive is better) is "not regressed": one-sided, as bisect asks."""
+    if v.verdict != "inconclusive" or math.isnan(v.ci_low) or math.isnan(v.ci_high):
+        return v.verdict
+    sign = 1.0 if v.direction == "higher" else -1.0
+    _, worst, _ = sorted_gain(sign, v.ratio, v.ci_low, v.ci_high)
+    return "not regressed" if worst > -v.min_effect else v.verdict
 
 
 # ---- the command ------------------------------------------------------------------------------------
@@ -217,6 +241,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             raise ValueError(f"{state_path} belongs to another bisection (other builds, metric or settings); "
                              "give another --out/--state or delete it")
         probes = [Probe(**p) for p in state.get("probes", [])]
+        for p in probes:
+            if p.verdict != "error" and p.samples_a and p.samples_b:
+                judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds)
         err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
     show = _progress(args.quiet)
     builds: dict[int, Build] = {}
