@@ -1,8 +1,10 @@
 """`search nightly` end to end on the real llama-server: A/A passes (and promotes a baseline with its
 provenance), an injected regression fails, and every result lands in the baseline's history.
 
-The regression is bench/throttle.py freezing the candidate server 80% of the time (far beyond the
-30% minimum effect the baseline gates on here). Both sides are kept running and alternate runs
+The regression is bench/throttle.py --stretch 0.7 in front of the candidate server (every response
+byte delivered 3.3x later than it came: throughput x 0.3 whatever the load, far beyond the 30%
+minimum effect the baseline gates on here; a SIGSTOP freeze is no slowdown under contention, as the
+scheduler gives the frozen server its CPU back). Both sides are kept running and alternate runs
 (--keep-servers): under other agents' load the spread between server starts dwarfs the one between
 alternating runs. The A/A run is capped at the sequential gate's minimum of 3 rounds: it then ends
 there, a pass or inconclusive, which proves what 5 rounds did.
@@ -58,7 +60,7 @@ def test_nightly_passes_aa_promotes_and_fails_an_injected_regression(tmp_path: P
     assert promoted.fingerprint["build"]["executable_sha256"]  # the exact binary that was measured
     assert promoted.gate == saved.gate
 
-    slow = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.8 -- {server}"
+    slow = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.7 --stretch -- {server}"
     bad = main(["nightly", "--candidate-build", f"command:{slow}", "--baselines", str(baselines), "--rounds", "6",
                 "--keep-servers", "--promote", str(tmp_path / "promoted2"), "--out", str(tmp_path / "bad"), "--quiet"])
     report = json.loads((tmp_path / "bad" / "nightly-e2e" / "report.json").read_text())
