@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from search.commands.bisect import Probe, Step, next_step
+from search.commands.bisect import Probe, Step, bisect_verdict, next_step
+from search.gate import compare
 
 
 def drive(n: int, verdict: Callable[[int, int, int], str], rounds: int = 3,
@@ -88,9 +89,6 @@ def test_one_sided_verdict_clears_a_probe_that_cannot_have_regressed() -> None:
     the gate calls it inconclusive (its interval reaches +30%, past +20%), but the interval excludes a
     20% regression, so bisect counts the build as good. A probe whose interval does reach -20% stays
     inconclusive, and a real regression stays regressed."""
-    from search.commands.bisect import bisect_verdict
-    from search.gate import compare
-
     # Its raw samples (tok/s): two A rounds hit a load spike.
     a = [7.912, 3.557, 7.347, 7.797, 7.805, 4.11, 7.69, 7.474, 7.977, 7.733]
     b = [7.63, 7.474, 7.84, 7.519, 8.168, 6.855, 7.545, 7.464, 7.888, 7.171]

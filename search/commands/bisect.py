@@ -48,10 +48,7 @@ from search.results import read_json, write_json_atomic
 from search.terminal import make_console
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
-# "not regressed": the gate could not call the probe unchanged (its interval reaches past +threshold,
-# e.g. a noisy improvement) but the interval excludes a regression of the threshold, which is all a
-# bisection asks of a probe.
-GOOD = ("unchanged", "improved", "not regressed")
+GOOD = ("unchanged", "improved", "not regressed")  # "not regressed": see bisect_verdict
 
 
 # ---- the bisection logic (pure: probes in, next step out) ---------------------------------------
