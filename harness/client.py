@@ -44,13 +44,14 @@ class RequestResult:
     error_kind: str | None = None  # see ERROR_KINDS
     error_body: str | None = None
     text: str = ""
-    server_timings: dict[str, Any] | None = None  # llama.cpp's per-request `timings`
+    server_timings: dict[str, Any] | None = None  # the server's own per-request `timings`, if it sends them
     first_byte_s: float | None = None  # first SSE event of any kind (role chunk included)
     content_chunks: int = 0
     max_tokens: int | None = None  # what was asked for; output_tokens below it with ignore_eos = cut
     item: str | None = None
     sized_prompt_tokens: int | None = None  # the prompt's size by the server's /tokenize, before sending
     ttft_kind: str | None = None  # cold | warm, where the workload set it per request
+    engine_metrics: dict[str, float] = field(default_factory=dict)  # from server_timings, by the engine module
 
     @property
     def e2e_s(self) -> float:
@@ -195,10 +196,8 @@ async def _consume(client: httpx.AsyncClient, base_url: str, body: dict[str, Any
                 result.prompt_tokens = usage.get("prompt_tokens")
                 details = usage.get("prompt_tokens_details") or {}
                 result.cached_prompt_tokens = details.get("cached_tokens")
-            if chunk.get("timings"):
+            if chunk.get("timings"):  # a server's own per-request timings; its engine module reads them
                 result.server_timings = chunk["timings"]
-                if result.cached_prompt_tokens is None and "cache_n" in chunk["timings"]:
-                    result.cached_prompt_tokens = int(chunk["timings"]["cache_n"])  # llama.cpp's count
 
 
 async def chat_once(client: httpx.AsyncClient, base_url: str, payload: dict[str, Any],

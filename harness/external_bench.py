@@ -8,7 +8,7 @@ tune with the client it already trusts, beside the built-in one.
 
 Names produced (the same meaning as the built-in client's, see docs/measurement.md):
 output_tok_s, req_s, requests, errors, output_tokens, prompt_tokens, ttft_p{50,90,95,99}_s,
-tpot_p*_s, itl_p*_s, e2e_p*_s, and where the export has per-request data, decode_tok_s and
+tpot_p*_s, itl_p*_s, e2e_p*_s, and where the export has per-request data, stream_decode_tok_s and
 stream_tok_s. Whatever the tool does not report is left out, never guessed.
 """
 
@@ -72,7 +72,7 @@ def parse_vllm_bench(data: dict[str, Any]) -> dict[str, float]:
     outs, itls, ttfts = data.get("output_lens") or [], data.get("itls") or [], data.get("ttfts") or []
     decode = [(n - 1) / sum(g) for n, g in zip(outs, itls, strict=False) if n and n > 1 and g and sum(g) > 0]
     if decode:
-        m["decode_tok_s"] = percentile(decode, 50) or 0.0
+        m["stream_decode_tok_s"] = percentile(decode, 50) or 0.0
     stream = [n / (t + sum(g)) for n, t, g in zip(outs, ttfts, itls, strict=False) if n and t is not None and g]
     if stream:
         m["stream_tok_s"] = percentile(stream, 50) or 0.0

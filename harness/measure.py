@@ -1,17 +1,23 @@
 """Warm up, run each workload N times, keep every request and counter delta, summarize.
 
-Every number here has a precise name (docs/domain.md, trap 1: steps/s is not tok/s):
+Every number here has a precise name (docs/measurement.md; trap 1: steps/s is not tok/s):
+- decode_tok_s: output tokens per second over the steady decode window, all streams together
+  (harness/window.py: the stretch of time in which every stream decodes at once; no first-token
+  wait in it). The throughput unit every verdict rests on;
 - output_tok_s: output tokens (from `usage`) of all successful requests / wall time of the run
-  (effective aggregate throughput: what users get);
-- stream_tok_s: median over requests of output_tokens / e2e (effective per-stream speed, TTFT in);
-- decode_tok_s: median over requests of (output_tokens - 1) / (e2e - TTFT) (per-stream decode speed);
+  (end-to-end throughput: prefill, queueing and the tail included);
+- stream_tok_s: median over requests of output_tokens / e2e (per-stream speed, TTFT in);
+- stream_decode_tok_s: median over requests of (output_tokens - 1) / (e2e - TTFT) (one stream's
+  decode speed);
 - tokens_per_step: output tokens per engine forward step (1.0 without speculative decoding; from
   the server's generated/accepted token counters with it);
-- decode_steps_s: decode_tok_s / tokens_per_step: engine steps per second per stream, the number
-  llama-benchy-style tools call "tok/s";
-- engine_decode_tok_s: the engine's own per-request decode speed where it reports one (llama.cpp);
+- decode_steps_s: stream_decode_tok_s / tokens_per_step: engine steps per second per stream, the
+  number llama-benchy-style tools call "tok/s";
+- engine_decode_tok_s / engine_prefill_tok_s: the engine's own per-request speeds where its
+  responses carry them (the engine module reads them: Engine.timing_metrics);
 - ttft_*: time to the first content token; ttft_cold_* / ttft_warm_*: the same, named by whether
   the prompts were varied (cold, the default) or repeated on purpose (warm: prefix-cache hits);
+- prefill_tok_s: prompt tokens computed (cached ones left out) / TTFT;
 - itl_*: gaps between content chunks; tpot_*: (e2e - TTFT) / (output_tokens - 1);
 - spec_acceptance_rate, spec_mean_acceptance_length: from the spec-decode counters;
 - errors: failed requests, by kind in `errors_by_kind`; never folded into a median.
@@ -35,6 +41,8 @@ from harness.engines.base import Engine, FeatureExpectation
 from harness.roofline import Roofline
 from harness.stats import Stat, log_mean_rel_halfwidth, percentile, summarize
 from harness.steady import DEFAULT_POLICY, WARMUP_REPEAT, MeasurePolicy, SteadyState, need_more, review_runs, run_value
+from harness.window import check as window_check
+from harness.window import steady_window
 from harness.workloads import PreparedRequest, PreparedWorkload, Sizer, WorkloadSpec, prepare
 
 Progress = Callable[[str], None]
@@ -74,6 +82,7 @@ class WorkloadMeasurement:
     ttft_kind: str = "cold"
     context_limit: int | None = None
     steady: SteadyState | None = None
+    window_problems: list[str] = field(default_factory=list)  # the decode window asked for was not delivered
 
     @property
     def counted(self) -> list[RunSample]:
@@ -98,6 +107,7 @@ class WorkloadMeasurement:
                 "warnings": self.warnings, "placebo": self.placebo, "errors": self.errors,
                 "errors_by_kind": self.errors_by_kind, "error_examples": self.error_examples,
                 "steady": self.steady.to_dict() if self.steady else None,
+                "window_problems": self.window_problems,
                 "samples": [s.to_dict() for s in self.samples]}
 
 
@@ -122,7 +132,7 @@ def tokens_per_step(server: dict[str, float], usage_tokens: int) -> float | None
 
 
 def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, float],
-                ttft_kind: str = "cold", roofline: Roofline | None = None) -> dict[str, float]:
+                ttft_kind: str = "cold", roofline: Roofline | None = None, concurrency: int = 1) -> dict[str, float]:
     ok = [r for r in requests if r.ok]
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     m: dict[str, float] = {
@@ -137,9 +147,16 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
     per_stream = [r.output_tokens / r.e2e_s for r in ok if r.output_tokens and r.e2e_s > 0]
     if per_stream:
         m["stream_tok_s"] = percentile(per_stream, 50) or 0.0
+    win = steady_window(ok, concurrency)
+    if win is not None and win.seconds > 0:
+        m["decode_tok_s"] = win.tok_s
+        m["window_s"] = win.seconds
+        m["window_tokens"] = win.tokens
+        m["window_concurrency"] = float(win.concurrency)
+        m["window_coverage"] = win.coverage
     decode = [d for r in ok if (d := r.decode_tok_s)]
     if decode:
-        m["decode_tok_s"] = percentile(decode, 50) or 0.0
+        m["stream_decode_tok_s"] = percentile(decode, 50) or 0.0
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     _quantiles(m, "ttft", ttfts)
     # Per-request kinds (a shared context: its first request cold, the rest warm) beat the workload's.
@@ -170,16 +187,10 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
         m["spec_acceptance_rate"] = (accepted or 0.0) / draft_tokens
     tps = tokens_per_step(server, out_tokens) or 1.0
     m["tokens_per_step"] = tps
-    if "decode_tok_s" in m:
-        m["decode_steps_s"] = m["decode_tok_s"] / tps
-    engine_decode = [r.server_timings["predicted_per_second"] for r in ok
-                     if r.server_timings and r.server_timings.get("predicted_per_second")]
-    if engine_decode:
-        m["engine_decode_tok_s"] = percentile(engine_decode, 50) or 0.0
-    engine_prefill = [r.server_timings["prompt_per_second"] for r in ok
-                      if r.server_timings and r.server_timings.get("prompt_per_second")]
-    if engine_prefill:
-        m["engine_prefill_tok_s"] = percentile(engine_prefill, 50) or 0.0
+    if "stream_decode_tok_s" in m:
+        m["decode_steps_s"] = m["stream_decode_tok_s"] / tps
+    for name in sorted({k for r in ok for k in r.engine_metrics}):
+        m[name] = percentile([r.engine_metrics[name] for r in ok if name in r.engine_metrics], 50) or 0.0
 
     if server.get("generation_tokens") is not None and out_tokens:
         m["server_generation_tokens"] = server["generation_tokens"]
@@ -194,7 +205,7 @@ def run_metrics(requests: list[RequestResult], wall_s: float, server: dict[str, 
     return m
 
 
-async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_url: str,
+async def _run_once(engine: Engine, prepared: PreparedWorkload, client: httpx.AsyncClient, base_url: str,
                     timeout_s: float) -> tuple[list[RequestResult], float]:
     name = prepared.spec.name
 
@@ -202,6 +213,10 @@ async def _run_once(prepared: PreparedWorkload, client: httpx.AsyncClient, base_
         result = await stream_chat(client, base_url, req.payload, name, timeout_s, item=req.item)
         result.sized_prompt_tokens = req.prompt_tokens if req.prompt_tokens >= 0 else None
         result.ttft_kind = req.ttft_kind
+        if result.server_timings:
+            result.engine_metrics = engine.timing_metrics(result.server_timings)
+            if result.cached_prompt_tokens is None:
+                result.cached_prompt_tokens = engine.cached_prompt_tokens(result.server_timings)
         return result
 
     start = time.monotonic()
@@ -357,9 +372,20 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
             if not r.ok and len(examples) < 5:
                 examples.append(f"{r.item or spec.name} -> {r.error_kind}: {(r.error_body or '')[:300]}")
     warnings.extend(w for w in consistency_warnings(samples) if w not in warnings)
+    window_problems = window_notes(counted, spec.concurrency, engine.exact_output_tokens)
+    warnings.extend(w for w in window_problems if w not in warnings)
     return WorkloadMeasurement(spec.name, spec.concurrency, samples, summary, warnings,
                                check_placebo(expectations, samples), examples, spec.ttft_kind, context_limit,
-                               steady)
+                               steady, window_problems)
+
+
+def window_notes(counted: list[RunSample], concurrency: int, exact_tokens: bool) -> list[str]:
+    """What kept any measured run from the decode window it asked for, once per kind of problem."""
+    out: dict[str, str] = {}  # first words of a note (its kind) -> the note of the first run that had it
+    for s in counted:
+        for note in window_check(s.requests, steady_window(s.requests, concurrency), exact_tokens):
+            out.setdefault(" ".join(note.split()[:2]), f"repeat {s.repeat}: {note}")
+    return list(out.values())
 
 
 async def _measured_run(engine: Engine, client: httpx.AsyncClient, base_url: str, prepared: PreparedWorkload,
@@ -368,7 +394,7 @@ async def _measured_run(engine: Engine, client: httpx.AsyncClient, base_url: str
     """One run with the server's counters read before and after it."""
     before = await prom.scrape(client, base_url)
     async with prom.GaugeWatcher(base_url, engine.metric_names, watch_interval_s) as watcher:
-        requests, wall = await _run_once(prepared, client, base_url, timeout_s)
+        requests, wall = await _run_once(engine, prepared, client, base_url, timeout_s)
     after = await prom.scrape(client, base_url)
     server: dict[str, float] = {}
     histograms: dict[str, float] = {}
@@ -384,7 +410,8 @@ async def _measured_run(engine: Engine, client: httpx.AsyncClient, base_url: str
     else:
         metrics_error = before.error or after.error
     errors = Counter(r.error_kind or "unknown" for r in requests if not r.ok)
-    return RunSample(repeat, wall, requests, server, run_metrics(requests, wall, server, spec.ttft_kind, roofline),
+    return RunSample(repeat, wall, requests, server,
+                     run_metrics(requests, wall, server, spec.ttft_kind, roofline, spec.concurrency),
                      dict(errors), histograms, metrics_error)
 
 

@@ -27,10 +27,18 @@ class MetricDef:
 
 
 _DEFS = [
-    MetricDef("output_tok_s", "tok/s", "higher", meaning="effective output tokens over wall time, all streams"),
+    MetricDef("decode_tok_s", "tok/s", "higher",
+              meaning="output tokens per second over the steady decode window, all streams (no first-token wait)"),
+    MetricDef("output_tok_s", "tok/s", "higher",
+              meaning="end-to-end throughput: output tokens over the run's wall time, prefill and queueing in"),
     MetricDef("req_s", "req/s", "higher", meaning="completed requests per second"),
     MetricDef("stream_tok_s", "tok/s", "higher", meaning="median per-stream output tokens over its E2E time"),
-    MetricDef("decode_tok_s", "tok/s", "higher", meaning="median per-request tokens after the first / decode time"),
+    MetricDef("stream_decode_tok_s", "tok/s", "higher",
+              meaning="median per-request tokens after the first / decode time"),
+    MetricDef("window_s", "s", None, meaning="length of the steady decode window"),
+    MetricDef("window_tokens", "tok", None, "sum", meaning="output tokens inside the steady decode window"),
+    MetricDef("window_concurrency", "streams", None, meaning="streams decoding at once inside the window"),
+    MetricDef("window_coverage", "fraction", None, meaning="window length / a request's median decode time"),
     MetricDef("prefill_tok_s", "tok/s", "higher", meaning="median prompt tokens / TTFT"),
     MetricDef("engine_decode_tok_s", "tok/s", "higher", meaning="the engine's own decode speed (llama.cpp timings)"),
     MetricDef("engine_prefill_tok_s", "tok/s", "higher", meaning="the engine's own prompt speed"),

@@ -55,8 +55,8 @@ class Roofline:
         out = {"roofline_steps_s": self.ceiling_steps_s}
         if "decode_steps_s" in m:
             out["roofline_pct"] = 100.0 * m["decode_steps_s"] / self.ceiling_steps_s
-        if "decode_tok_s" in m:
-            out["roofline_tok_pct"] = 100.0 * m["decode_tok_s"] / self.ceiling_steps_s
+        if "stream_decode_tok_s" in m:
+            out["roofline_tok_pct"] = 100.0 * m["stream_decode_tok_s"] / self.ceiling_steps_s
         return out
 
     def to_dict(self) -> dict[str, object]:

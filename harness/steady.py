@@ -29,7 +29,7 @@ class MeasurePolicy:
     stalls are part of the config's behaviour and count. Length: with `target_ci`, runs continue
     until the metric's 95% interval is within +-target_ci or `max_repeats` / `time_cap_s` is hit."""
 
-    metric: str = "output_tok_s"
+    metric: str = "decode_tok_s"  # the steady window's throughput: no first-token wait in it
     max_warmups: int = 3  # each one past the second costs a run when the machine is noisy
     warmup_tolerance: float = 0.10
     stall_factor: float = 3.0

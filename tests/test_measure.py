@@ -34,8 +34,9 @@ def test_effective_and_decode_speeds_are_separate_names() -> None:
     assert m["errors"] == 1 and m["requests"] == 3  # a failed request is never dropped silently
     assert m["output_tok_s"] == pytest.approx(82 / 5.0)  # aggregate, what users get
     assert m["stream_tok_s"] == pytest.approx(41 / 5.0)  # per stream, TTFT included
-    assert m["decode_tok_s"] == pytest.approx(40 / 4.0)  # per stream, after the first token
-    assert m["decode_steps_s"] == m["decode_tok_s"] and m["tokens_per_step"] == 1.0
+    assert m["stream_decode_tok_s"] == pytest.approx(40 / 4.0)  # per stream, after the first token
+    assert m["decode_tok_s"] == pytest.approx(2 * 40 / 4.0)  # both streams over the steady window
+    assert m["decode_steps_s"] == m["stream_decode_tok_s"] and m["tokens_per_step"] == 1.0
     assert m["ttft_p50_s"] == m["ttft_cold_p50_s"] == 1.0
     assert m["itl_p99_s"] == pytest.approx(0.1) and m["tpot_p50_s"] == pytest.approx(0.1)
     assert m["server_vs_usage_tokens"] == 1.0
@@ -50,7 +51,7 @@ def test_speculative_decoding_steps_are_not_tokens() -> None:
     m = run_metrics([req(0.0, 1.0, 4.0, 301)], wall_s=4.0, server=server, ttft_kind="warm")
     assert m["spec_acceptance_rate"] == pytest.approx(0.5)
     assert m["spec_mean_acceptance_length"] == pytest.approx(2.5)
-    assert m["decode_tok_s"] == pytest.approx(100.0)
+    assert m["stream_decode_tok_s"] == pytest.approx(100.0)
     assert m["decode_steps_s"] == pytest.approx(50.0)
     assert "ttft_warm_p50_s" in m and "ttft_cold_p50_s" not in m
 
@@ -94,7 +95,7 @@ def test_roofline_from_active_params_and_stated_bandwidth() -> None:
     roof = build_roofline(model, bandwidth_gb_s=273.0)
     assert roof is not None and roof.bytes_source == "active_params" and roof.bandwidth_source == "stated"
     assert roof.ceiling_steps_s == pytest.approx(273e9 / 5.6e9)
-    m = roof.metrics({"decode_steps_s": 24.375, "decode_tok_s": 48.75})
+    m = roof.metrics({"decode_steps_s": 24.375, "stream_decode_tok_s": 48.75})
     assert m["roofline_pct"] == pytest.approx(50.0) and m["roofline_tok_pct"] == pytest.approx(100.0)
     stated = ModelChoice(name="q", path="/nowhere", attrs={"bytes_per_token_gb": 6.1})
     assert bytes_per_token(stated) == (6.1e9, "stated")

@@ -17,7 +17,7 @@ import pytest
 
 from harness.client import RequestResult
 from harness.engines import get_engine
-from harness.launch import LaunchSpec, start_ready
+from harness.launch import LaunchSpec, get_launcher, wait_ready
 from harness.launch.process import ProcessServer
 from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement, measure_workload
 from harness.steady import review_runs
@@ -32,9 +32,10 @@ def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessSe
     port = free_port()
     spec = LaunchSpec(engine="fault", argv=(sys.executable, str(FAULT_SERVER), "--port", str(port)),
                       host="127.0.0.1", port=port, ready_timeout_s=30.0)
-    server = start_ready(spec, tmp_path_factory.mktemp("stall") / "fault.log", "/health")
+    server = get_launcher("process").start(spec, tmp_path_factory.mktemp("stall") / "fault.log")
     assert isinstance(server, ProcessServer)
     try:
+        wait_ready(server, "/health", spec.ready_timeout_s)
         yield server
     finally:
         server.stop()
@@ -117,5 +118,5 @@ def test_the_vllm_compile_stall_pattern_is_flagged() -> None:
 
 def test_an_outlier_throughput_among_five_runs_is_flagged() -> None:
     runs = [run_with([0.3], i, v) for i, v in enumerate([100.0, 101.0, 99.0, 100.5, 60.0])]
-    flags = review_runs(runs, None, MeasurePolicy())
+    flags = review_runs(runs, None, MeasurePolicy(metric="output_tok_s"))
     assert list(flags) == [4] and "outlier" in flags[4][0]

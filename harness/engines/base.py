@@ -353,6 +353,19 @@ class Engine(ABC):
         """Extra fields this engine needs in a chat request (e.g. to make output length fixed)."""
         return {"ignore_eos": True}
 
+    # True when request_extras() makes the server generate exactly max_tokens (no stop at end of
+    # sequence): the decode window (harness/window.py) then has the same length for every engine.
+    exact_output_tokens: ClassVar[bool] = True
+
+    def timing_metrics(self, timings: Mapping[str, Any]) -> dict[str, float]:
+        """Per-request speeds the server reports in its own response (`timings`), as metrics."""
+        return {}
+
+    def cached_prompt_tokens(self, timings: Mapping[str, Any]) -> int | None:
+        """Prompt tokens served from the server's cache, from its own response timings, where the
+        usage block does not say (`prompt_tokens_details.cached_tokens` comes first)."""
+        return None
+
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         """Chat-request fields that turn the model's thinking on or off (a space's `thinking:`).
         Default: the chat template's `enable_thinking` switch (Qwen3-style templates), which

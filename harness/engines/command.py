@@ -143,3 +143,5 @@ class CommandEngine(Engine):
 
     def request_extras(self) -> dict[str, Any]:
         return {}  # a strict OpenAI server may refuse unknown fields such as ignore_eos
+
+    exact_output_tokens = False  # without ignore_eos a stream may end early: the window says so

@@ -289,6 +289,14 @@ class LlamaCppEngine(Engine):
     def request_extras(self) -> dict[str, Any]:
         return {"ignore_eos": True}
 
+    def timing_metrics(self, timings: Mapping[str, Any]) -> dict[str, float]:
+        # The last streamed chunk (with stream_options.include_usage) carries llama.cpp's `timings`.
+        names = {"predicted_per_second": "engine_decode_tok_s", "prompt_per_second": "engine_prefill_tok_s"}
+        return {metric: float(timings[key]) for key, metric in names.items() if timings.get(key)}
+
+    def cached_prompt_tokens(self, timings: Mapping[str, Any]) -> int | None:
+        return int(timings["cache_n"]) if "cache_n" in timings else None
+
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # llama-server renders the GGUF's Jinja template (--jinja, on by default) and takes the same
         # per-request chat_template_kwargs (this version: tools/server/server-common.cpp reads

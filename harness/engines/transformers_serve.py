@@ -121,3 +121,5 @@ class TransformersServeEngine(Engine):
 
     def request_extras(self) -> dict[str, Any]:
         return {}  # unknown request fields are refused with 422
+
+    exact_output_tokens = False  # no ignore_eos: a stream may end at end of sequence
