@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -25,6 +25,9 @@ from harness.measure import WorkloadMeasurement, measure_workload
 from harness.roofline import Roofline
 from harness.steady import MeasurePolicy
 from harness.workloads import WorkloadSpec
+
+if TYPE_CHECKING:  # run time: imported where used (harness.reference imports harness.quality)
+    from harness.reference import ReferenceAnswers, ReferenceSpec
 
 Progress = Callable[[str], None]
 
@@ -104,7 +107,7 @@ def classify_startup(engine: Engine, exc: StartupError, log_text: str) -> Failur
     return FailureCause(exc.cause, exc.detail)
 
 
-def start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any], env: Mapping[str, str],
+def _start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any], env: Mapping[str, str],
                  port: int, log_path: Path, progress: Progress = _quiet,
                  fingerprint_cache: dict[str, dict[str, Any]] | None = None) -> RunningConfig:
     """Start the server for one config and wait until it is ready; raise LaunchFailed with the cause."""
@@ -140,7 +143,7 @@ def start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[st
     return RunningConfig(engine, spec, server, ready_s, startup, fp, dict(flags))
 
 
-def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], settings: MeasureSettings,
+def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], settings: MeasureSettings,
                     progress: Progress = _quiet, roofline: Roofline | None = None) -> dict[str, WorkloadMeasurement]:
     """Measure every workload on a running server; stops early if the server dies."""
     expectations = running.engine.expected_features(running.flags)
@@ -165,7 +168,7 @@ def measure_running(running: RunningConfig, workloads: list[WorkloadSpec], setti
     return out
 
 
-async def model_id_of(base_url: str) -> str:
+async def _model_id_of(base_url: str) -> str:
     async with httpx.AsyncClient() as client:
         return await served_model_id(client, base_url)
 
@@ -241,7 +244,7 @@ class ServerPool:
             return self._running, True
         self.release()
         self.starts += 1
-        running = start_config(request.settings, request.model, request.flags, request.env,
+        running = _start_config(request.settings, request.model, request.flags, request.env,
                                free_port(request.settings.host), request.log_dir / "server.log", self.progress,
                                self._fingerprints)
         self._key, self._running = request.launch_key, running
@@ -279,10 +282,32 @@ class Session:
     def close(self) -> None:
         self.pool.release()
 
-    def server(self, request: RunRequest) -> RunningConfig:
-        """A ready server for the request (for callers that talk to it themselves, e.g. reference
-        capture); it stays in the pool."""
-        return self.pool.acquire(request)[0]
+    @property
+    def starts(self) -> int:
+        """Server starts attempted so far (failed ones too: each costs its startup time)."""
+        return self.pool.starts
+
+    @property
+    def reuses(self) -> int:
+        return self.pool.reuses
+
+    def capture_reference(self, request: RunRequest, spec: ReferenceSpec, model: str, params: Mapping[str, Any],
+                          timeout_s: float) -> ReferenceAnswers:
+        """Start (or reuse) the reference config's server and record its answers to the reference
+        prompts: the door's other verb, used once per study. Raises LaunchFailed."""
+        from harness.reference import capture_reference
+
+        running, _ = self.pool.acquire(request)
+
+        async def capture() -> ReferenceAnswers:
+            return await capture_reference(running.base_url, await _model_id_of(running.base_url),
+                                           running.engine.dialect, spec, model, params, timeout_s)
+
+        try:
+            return asyncio.run(capture())
+        finally:
+            if not self.keep_server:
+                self.pool.release()
 
     def run(self, request: RunRequest, workloads: list[WorkloadSpec], measure: MeasureSettings,
             quality: QualityPlan | None = None, roofline: Roofline | None = None) -> Measurement:
@@ -313,7 +338,7 @@ class Session:
     def _measure(self, running: RunningConfig, workloads: list[WorkloadSpec], measure: MeasureSettings,
                  roofline: Roofline | None, result: Measurement) -> dict[str, WorkloadMeasurement]:
         try:
-            return measure_running(running, workloads, measure, self.progress, roofline)
+            return _measure_running(running, workloads, measure, self.progress, roofline)
         except httpx.HTTPError as exc:
             for _ in range(20):  # a killed server may take a moment to be seen as exited
                 if not running.alive():
@@ -330,7 +355,7 @@ class Session:
 async def _assess(running: RunningConfig, plan: QualityPlan) -> Any:
     from harness.quality import assess
 
-    return await assess(running.base_url, await model_id_of(running.base_url), running.engine.dialect,
+    return await assess(running.base_url, await _model_id_of(running.base_url), running.engine.dialect,
                         plan.spec, plan.reference, plan.timeout_s)
 
 

@@ -13,7 +13,7 @@ import optuna
 import sqlalchemy.exc
 
 from harness import secrets
-from harness.launch.registry import Terminated, install_signal_handlers, stop_all
+from harness.launch.reaper import Terminated, install_signal_handlers, stop_all
 from search import commands
 from search.results import ResultsError
 from search.space import SpaceError

@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure
-from harness.launch.registry import worker_dead
+from harness.launch.reaper import worker_dead
 from search.results import TrialRecord, TrialState
 from search.trial_index import params_key
 

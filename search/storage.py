@@ -12,7 +12,7 @@ import optuna
 import sqlalchemy.exc
 from optuna.trial import TrialState as OptunaState
 
-from harness.launch.registry import worker_tag
+from harness.launch.reaper import worker_tag
 from search.results import STUDY_FORMAT, ResultsError, TrialRecord, check_study_format
 from search.sampler import make_sampler, worker_seed
 from search.space import Space

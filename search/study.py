@@ -17,17 +17,17 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import optuna
 from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure, TrialFailed
-from harness.launch.registry import worker_tag
+from harness.launch.reaper import worker_tag
 from harness.quality import QualityResult, quality_metrics
 from harness.quality import constraint_names as quality_constraint_names
 from harness.quality import constraint_values as quality_constraint_values
-from harness.reference import ReferenceAnswers, ReferenceStore, capture_reference, reference_config, reference_key
+from harness.reference import ReferenceAnswers, ReferenceStore, reference_config, reference_key
 from harness.roofline import Roofline, build_roofline
 from harness.session import (
     Measurement,
@@ -37,7 +37,6 @@ from harness.session import (
     RunRequest,
     Session,
     free_port,
-    model_id_of,
 )
 from search.curves import add_curve_summaries
 from search.estimate import Estimator
@@ -45,10 +44,11 @@ from search.memory_fit import LocalMemory, estimate, free_at_start
 from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
-from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, space_exhausted, trial_origin
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, QUEUED_ATTR, failure_values, space_exhausted, trial_origin
 from search.space import Config, Space, constraint_value
 from search.stopping import study_should_stop
 from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
+from search.study_lock import StudyLock
 from search.trial_index import RECORD_ATTR, TrialIndex
 
 # Storage helpers are re-exported: callers open and count studies through this module or search.storage.
@@ -78,9 +78,14 @@ class StudyRunner:
         self.results_dir = results_dir
         self.reporter = reporter
         self.study = open_study(space, storage, study_name, seed)
-        if not self.study.get_trials(deepcopy=False):
-            # The engine's default config is measured first, so every result has a "x default" ratio.
-            self.study.enqueue_trial(space.default_config(), user_attrs={"baseline": True}, skip_if_exists=True)
+        # Held while a worker checks the budget and creates a trial, or queues configs (study_lock.py).
+        self.lock = StudyLock(storage, study_name)
+        with self.lock:
+            if not self.study.get_trials(deepcopy=False):
+                # The default config is measured first, so every result has a "x default" ratio.
+                self.study.enqueue_trial(space.default_config(), user_attrs={"baseline": True})
+                for label, params in space.queued_configs():  # the space's known configs, in its order
+                    self.study.enqueue_trial(params, user_attrs={QUEUED_ATTR: label})
         self.session = Session(reporter.phase)
         self.index = TrialIndex()
         self.total = space.m.budget.trials
@@ -90,17 +95,18 @@ class StudyRunner:
         self.estimator = Estimator(space, stored_records(self.study))
         self._free_memory: LocalMemory | None = None
         self._known_in_a_row = 0
+        self._stopping = False
         self._reference_answers: ReferenceAnswers | None = None
         self._rooflines: dict[str, Roofline | None] = {}
         self._quality_results: dict[int, QualityResult] = {}
 
     @property
     def starts(self) -> int:
-        return self.session.pool.starts
+        return self.session.starts
 
     @property
     def starts_saved(self) -> int:
-        return self.session.pool.reuses
+        return self.session.reuses
 
     @property
     def active(self) -> RunningConfig | None:
@@ -114,8 +120,9 @@ class StudyRunner:
         self.total = n_trials or self.space.m.budget.trials
         self.deadline = time.monotonic() + self.budget_s if self.budget_s else None
         self._free_memory = free_at_start(self.space)  # unified memory: what the OS leaves us, read once
-        fail_trials_of_dead_workers(self.study, self.space.default_config())
-        requeue_interrupted(self.study)
+        with self.lock:
+            fail_trials_of_dead_workers(self.study, self.space.default_config())
+            requeue_interrupted(self.study)
         if counted_trials(self.study) >= self.total:
             self.reporter.note(f"the study already has {self.total} finished trials")
             return
@@ -124,12 +131,30 @@ class StudyRunner:
                 self._reference()  # before any trial: it may need a server of its own
             except TrialFailed as exc:
                 raise ValueError(f"the reference config (quality.reference) did not start: {exc}") from None
-            # optimize() (not bare ask/tell) so that RDB storages get heartbeats and stale trials of
-            # dead workers are failed and retried (see make_storage).
-            self.study.optimize(self._objective, timeout=timeout_s, callbacks=[self._stop_when_done],
-                                gc_after_trial=False, catch=(SkipTrial,))
+            self._loop(timeout_s)
         finally:
             self.session.close()
+            self.lock.close()
+
+    def _loop(self, timeout_s: float | None) -> None:
+        """One trial at a time, each created under the study's lock while the budget has room, so
+        that workers together never run more than the budget. optimize() (not bare ask/tell), one
+        trial a call, so that RDB storages get heartbeats and stale trials of dead workers are
+        failed and retried (see make_storage)."""
+        ends = time.monotonic() + timeout_s if timeout_s else None
+        self._stopping = False
+        while not self._stopping and (ends is None or time.monotonic() < ends):
+            with self.lock:  # _objective releases it as soon as its trial holds its params
+                # Trials other workers are running count too: they hold their share of the budget.
+                if counted_trials(self.study, with_running=True) >= self.total:
+                    return
+                self.study.optimize(self._objective, n_trials=1, callbacks=[self._after_trial],
+                                    gc_after_trial=False, catch=(SkipTrial,))
+
+    def _stop(self, reason: str | None = None) -> None:
+        if reason:
+            self.stop_reason = reason
+        self._stopping = True
 
     def noise_floor_value(self) -> float:
         """The study's measured start-to-start spread (x2: two configs each measured once), or the
@@ -147,11 +172,10 @@ class StudyRunner:
         arms = 1 + self.space.m.confirm.top_k + len(self.space.m.confirm.controls)
         return 3 * arms * self.estimator.trial_s() <= self.deadline - time.monotonic()
 
-    def _stop_when_done(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        # Trials other workers are running count too, so that workers together run the budget.
+    def _after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         counted = counted_trials(study, with_running=True)
         if counted >= self.total:
-            study.stop()
+            self._stop()
             return
         every = self.space.m.measure.noise_every
         if every and trial.user_attrs.get(BUDGET_ATTR, True) and counted % every == 0:
@@ -168,13 +192,13 @@ class StudyRunner:
             if decision.stop:
                 reason = f"nothing left to win: {decision.reason}"
         if reason:
-            self.stop_reason = reason
             self.reporter.note(f"stopping before the budget: {reason}")
-            study.stop()
+            self._stop(reason)
 
     def _objective(self, trial: optuna.Trial) -> list[float]:
         started = time.monotonic()
         config = self.space.sample(trial)  # sample
+        self.lock.release()  # the trial is running with its params: the next worker may create its own
         self.reporter.trial_started(trial.number, counted_trials(self.study) + 1, self.total, config)
         self.reporter.phase(f"chosen by: {trial_origin(self.study, trial)}")
         record = TrialRecord(number=trial.number, state=TrialState.RUNNING, params=config.as_params(),
@@ -240,10 +264,9 @@ class StudyRunner:
             if need > left:
                 trial.set_user_attr(BUDGET_ATTR, False)
                 record.state = TrialState.SKIPPED
-                self.stop_reason = (f"the time budget is spent: a trial of {config.engine} takes about "
-                                    f"{need / 60:.1f} min, {max(0.0, left) / 60:.1f} min are left")
+                self._stop(f"the time budget is spent: a trial of {config.engine} takes about "
+                           f"{need / 60:.1f} min, {max(0.0, left) / 60:.1f} min are left")
                 self.reporter.note(f"stopping: {self.stop_reason}")
-                self.study.stop()
                 self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
                 raise SkipTrial(self.stop_reason)
         fit = estimate(self.space, config, self._free_memory)
@@ -342,11 +365,10 @@ class StudyRunner:
         if answers is None:
             self.reporter.phase("capturing reference answers on the reference config (once per study)")
             flags, env, _ = self.space.split(config)
-            running = self.session.server(RunRequest(self.space.engine_settings(config.engine),
-                                                     self.space.model_choice(config.model), flags, env,
-                                                     self.results_dir / "reference"))
-            answers = _run_async(_capture(running, spec, config.model, params,
-                                          self.space.m.measure.request_timeout_s))
+            answers = self.session.capture_reference(
+                RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model), flags,
+                           env, self.results_dir / "reference"),
+                spec, config.model, params, self.space.m.measure.request_timeout_s)
             store.save(answers)
         self._reference_answers = answers
         return answers
@@ -431,15 +453,3 @@ def copy_duplicate(record: TrialRecord, previous: TrialRecord) -> None:
         fail(record, Failure(cause, f"same config as failed trial #{previous.number}", duplicate_of=previous.number))
     else:
         record.state = TrialState.DUPLICATE
-
-
-async def _capture(running: RunningConfig, spec: Any, model: str, params: dict[str, Any],
-                   timeout_s: float) -> ReferenceAnswers:
-    return await capture_reference(running.base_url, await model_id_of(running.base_url), running.engine.dialect,
-                                   spec, model, params, timeout_s)
-
-
-def _run_async(coro: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coro)

@@ -234,7 +234,7 @@ import sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from pathlib import Path
 from harness.launch import get_launcher
-from harness.launch.registry import install_signal_handlers
+from harness.launch.reaper import install_signal_handlers
 from test_docker_launcher import llama_spec
 install_signal_handlers()
 server = get_launcher("docker").start(llama_spec(), Path({str(tmp_path)!r}) / "sig" / "server.log")

@@ -28,7 +28,7 @@ from fault_server import OUTCOMES, record_outcome, show_table
 from harness import setup_paths
 from harness.client import ERROR_BODY_LIMIT, RequestResult, stream_chat
 from harness.engines import get_engine
-from harness.launch import LaunchSpec, StartupError, get_launcher, registry, wait_ready
+from harness.launch import LaunchSpec, StartupError, get_launcher, reaper, wait_ready
 from harness.launch.process import ProcessServer
 from search.study import free_port
 
@@ -41,9 +41,9 @@ PAYLOAD = {"model": "fault-model", "messages": [{"role": "user", "content": "hi"
 def assert_gone(server: ProcessServer) -> str:
     """Nothing of the server is left: its group, its descendants, anything carrying its tag."""
     left = server.owned_pids()
-    tagged = [proc.pid for proc, _, sid in registry.tagged_processes() if sid == server.server_id]
+    tagged = [proc.pid for proc, _, sid in reaper.tagged_processes() if sid == server.server_id]
     assert not left and not tagged, f"processes left running: {left + tagged}"
-    assert server not in registry.running()
+    assert server not in reaper.running()
     return "0"
 
 
@@ -420,7 +420,7 @@ def test_tool_sigkilled_its_server_is_stopped(tmp_path: Path, started_from: str)
     if alive:
         os.kill(server_pid, signal.SIGKILL)
     assert not alive, "the server outlived the SIGKILLed tool by 15 s"
-    assert not [p for p, owner, _ in registry.tagged_processes() if owner.startswith(f"{tool.pid}:")]
+    assert not [p for p, owner, _ in reaper.tagged_processes() if owner.startswith(f"{tool.pid}:")]
     how = "parent-death signal, watchdog as backstop" if started_from == "main" else "watchdog alone"
     where = "the main thread" if started_from == "main" else "a worker thread"
     record_outcome(f"tool SIGKILLed (server started from {where})", "kill -9 the process that started the "
@@ -432,11 +432,11 @@ def test_orphans_of_a_dead_tool_are_reaped() -> None:
     """A server whose owner is gone (tag in its environment, owner PID dead) is stopped on the next start."""
     dead_owner = f"{2**22 - 1}:1.000"
     orphan = subprocess.Popen(["sleep", "120"], start_new_session=True,
-                              env={**os.environ, registry.OWNER_ENV: dead_owner, registry.SERVER_ENV: "orphan"})
+                              env={**os.environ, reaper.OWNER_ENV: dead_owner, reaper.SERVER_ENV: "orphan"})
     mine = subprocess.Popen(["sleep", "120"], start_new_session=True,
-                            env={**os.environ, registry.OWNER_ENV: registry.owner_tag(), registry.SERVER_ENV: "mine"})
+                            env={**os.environ, reaper.OWNER_ENV: reaper.owner_tag(), reaper.SERVER_ENV: "mine"})
     try:
-        reaped = registry.reap_orphans(grace_s=2.0)
+        reaped = reaper.reap_orphans(grace_s=2.0)
         assert orphan.pid in reaped
         assert orphan.wait(5) is not None
         assert mine.poll() is None, "a server whose owner is alive must not be touched"

@@ -30,7 +30,7 @@ from fault_server import OUTCOMES, record_outcome, show_table
 from optuna.trial import TrialState
 
 from harness import setup_paths
-from harness.launch import registry
+from harness.launch import reaper
 from search.recovery import interrupted_records
 from search.results import read_record
 from search.space import parse_space
@@ -78,7 +78,7 @@ def write_space(tmp: Path, doc: dict[str, Any]) -> Path:
 
 def ours(owner_pid: int) -> list[int]:
     """Live processes started by the tool process `owner_pid` (found by the tag in their environment)."""
-    return [proc.pid for proc, owner, _ in registry.tagged_processes() if owner.split(":")[0] == str(owner_pid)]
+    return [proc.pid for proc, owner, _ in reaper.tagged_processes() if owner.split(":")[0] == str(owner_pid)]
 
 
 def wait_none_left(owner_pid: int, within_s: float = 10.0) -> list[int]:
@@ -370,7 +370,7 @@ def active_pid(runner: StudyRunner) -> int:
 
 
 def tagged_ids() -> set[str]:
-    return {sid for _, owner, sid in registry.tagged_processes() if owner.split(":")[0] == str(os.getpid())}
+    return {sid for _, owner, sid in reaper.tagged_processes() if owner.split(":")[0] == str(os.getpid())}
 
 
 def run_study(tmp: Path, reporter: FaultReporter, enqueue: list[dict[str, Any]], trials: int,

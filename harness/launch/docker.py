@@ -32,7 +32,7 @@ from docker.types import DeviceRequest
 
 from harness import secrets
 from harness.client import forget_api_key, register_api_key
-from harness.launch import registry
+from harness.launch import reaper
 from harness.launch.base import StartupError
 from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
 
@@ -172,7 +172,7 @@ class DockerServer:
             self._removed = True
         self._log_thread.join(timeout=5)
         forget_api_key(self.spec.base_url)
-        registry.forget(self)
+        reaper.forget(self)
 
 
 def _check_port(host: str, port: int) -> None:
@@ -245,7 +245,7 @@ class DockerLauncher:
         if key:
             register_api_key(spec.base_url, key)
         server = DockerServer(replace(spec, image_digest=repo_digest(image, spec.image)), log_path, container)
-        registry.remember(server)
+        reaper.remember(server)
         return server
 
 

@@ -5,7 +5,7 @@ Only what we started is ever signalled, never a name pattern. A server is ours i
 - a descendant of our child found through psutil, or
 - tagged: every server gets FLAGSEARCH_OWNER (this process) and FLAGSEARCH_SERVER (one id per
   server) in its environment, which its children inherit, so that descendants that left the
-  group and were re-parented are still found (and so that `registry.reap_orphans` can stop the
+  group and were re-parented are still found (and so that `reaper.reap_orphans` can stop the
   servers of a search that was killed with SIGKILL, the next time the tool starts).
 If the tool itself dies (SIGKILL, the OOM killer), a watchdog started beside each server stops it:
 the watchdog blocks on a pipe from us, wakes at end-of-file (which the kernel delivers when we die)
@@ -38,7 +38,7 @@ import psutil
 
 from harness import secrets
 from harness.client import forget_api_key, register_api_key
-from harness.launch import registry
+from harness.launch import reaper
 from harness.launch.base import StartupError
 from harness.launch.spec import LaunchSpec
 
@@ -124,7 +124,7 @@ class ProcessServer:
             if pid in self._known:
                 continue
             try:
-                if os.getpgid(pid) == self._pgid or registry.server_tag_of(proc) == self.server_id:
+                if os.getpgid(pid) == self._pgid or reaper.server_tag_of(proc) == self.server_id:
                     self._known.add(pid)
             except (ProcessLookupError, PermissionError, psutil.Error):
                 continue
@@ -142,7 +142,7 @@ class ProcessServer:
         """SIGTERM the whole server (SIGCONT too: a frozen server must be able to act on it), then
         SIGKILL what is left after `timeout_s`. Ctrl-C or SIGTERM arriving meanwhile is deferred
         until the server is gone, so a second Ctrl-C cannot leave it running."""
-        with registry.deferred_signals():
+        with reaper.deferred_signals():
             self._stop(timeout_s)
 
     def _stop(self, timeout_s: float) -> None:
@@ -168,7 +168,7 @@ class ProcessServer:
             forget_api_key(self.spec.base_url)
             scrub_log(self.log_path, log_secrets(self.spec))  # backstop: a pump killed mid-line
         self._release_watchdog()
-        registry.forget(self)
+        reaper.forget(self)
 
     def _release_watchdog(self) -> None:
         """Close its pipe: with the server gone it finds nothing to stop and exits."""
@@ -262,13 +262,13 @@ def check_port_free(host: str, port: int) -> None:
 
 class ProcessLauncher:
     def start(self, spec: LaunchSpec, log_path: Path) -> ProcessServer:
-        registry.reap_orphans_once()
+        reaper.reap_orphans_once()
         check_port_free(spec.host, spec.port)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         server_id = uuid.uuid4().hex
-        env = {**os.environ, **spec.env, **registry.tags(server_id)}
+        env = {**os.environ, **spec.env, **reaper.tags(server_id)}
         # The parent-death signal follows the *thread* that forks; only the main thread lives as
-        # long as the search. Other threads rely on registry.stop_all and reap_orphans.
+        # long as the search. Other threads rely on reaper.stop_all and reap_orphans.
         in_main = threading.current_thread() is threading.main_thread()
         log_path.touch()
         read_fd, write_fd = os.pipe()
@@ -291,13 +291,13 @@ class ProcessLauncher:
         if key:
             register_api_key(spec.base_url, key)
         server = ProcessServer(spec, log_path, proc, server_id, start_watchdog(server_id), pump)
-        registry.remember(server)
+        reaper.remember(server)
         return server
 
 
 def start_watchdog(server_id: str) -> subprocess.Popen[bytes]:
     """A process that stops the server tagged `server_id` when our end of its stdin pipe closes."""
-    env = {k: v for k, v in os.environ.items() if k not in (registry.OWNER_ENV, registry.SERVER_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (reaper.OWNER_ENV, reaper.SERVER_ENV)}
     return subprocess.Popen(  # an argv list: never a shell
         [sys.executable, "-I", "-c", _WATCHDOG, server_id, str(WATCHDOG_GRACE_S)], stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)

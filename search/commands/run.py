@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from harness.launch.registry import Terminated, stop_all
+from harness.launch.reaper import Terminated, stop_all
 from search.commands.show import print_study
 from search.results import TrialRecord
 from search.space import Config, load_space
