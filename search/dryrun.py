@@ -1,8 +1,9 @@
 """`search run --dry-run N`: what a study would launch and what it would cost, starting nothing.
 
 Printed: the launch of each engine at its defaults (so every engine is seen, feasible or not), the
-launches of N sampled trials (the default first), the choices no config can use ("dead"), and the
-time estimate (search/estimate.py).
+launches of the first N trials in the order a real run takes them (the default, the space's queued
+known configs, then the sampler's space-filling design and guided picks), the choices no config can
+use ("dead"), and the time estimate (search/estimate.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from search.estimate import Estimator
 from search.memory_fit import FitEstimate, LocalMemory, estimate, free_at_start
 from search.param_values import default_value
 from search.results import TrialRecord
+from search.sampler import FAILED_KEY, FAILED_VIOLATION, QUEUED_ATTR, make_sampler, tell_failed_args, trial_origin
 from search.space import Config, Space
 from search.space_schema import BoolParam, CategoricalParam, FixedParam, FloatParam, IntParam
 
@@ -43,10 +45,34 @@ def launch_of(space: Space, config: Config, port: int = 8000, free: LocalMemory 
     return Launch(config, spec.command_line(), estimate(space, config, free))
 
 
-def _study(space: Space) -> optuna.Study:
+def planned_trials(space: Space, n: int, free: LocalMemory | None = None) -> list[tuple[str, Launch]]:
+    """The first n trials in the order a real run takes them: the default, the space's queued known
+    configs, then the sampler's own (the study's sampler with the study's design seed: the same
+    space-filling rows a real run draws). Guided picks depend on measured results: they are shown as
+    the sampler picks them with every result equal, so only their kind is certain. A config that
+    cannot fit is told as a failure, as the real loop tells it."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=space.m.seed),
-                               directions=[o.direction for o in space.m.objectives])
+    sampler = make_sampler(space, design_seed=space.m.seed, noise_floor=space.m.measure.noise_floor)
+    study = optuna.create_study(sampler=sampler, directions=[o.direction for o in space.m.objectives])
+    study.enqueue_trial(space.default_config(), user_attrs={"baseline": True})
+    for label, params in space.queued_configs():
+        study.enqueue_trial(params, user_attrs={QUEUED_ATTR: label})
+    out = []
+    for i in range(n):
+        trial = study.ask()
+        config = space.sample(trial)
+        origin = "default" if i == 0 else trial_origin(study, trial)
+        if origin.startswith("guided"):
+            origin += " (depends on the results: shown as picked with none yet)"
+        launch = launch_of(space, config, free=free)
+        out.append((origin, launch))
+        if launch.feasible:
+            trial.set_constraint(FAILED_KEY, 0.0)
+            study.tell(trial, [1.0] * len(space.m.objectives))
+        else:
+            trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
+            study.tell(trial, **tell_failed_args(study.directions))
+    return out
 
 
 def _value_choices(param: Any) -> list[Any]:
@@ -165,22 +191,16 @@ def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[s
     for launch in engine_defaults(space, free):
         state = "feasible" if launch.feasible else "NOT feasible"
         lines += _describe(launch, f"# engine {launch.config.engine} / {launch.config.model} ({state})")
-    study = _study(space)
-    study.enqueue_trial(space.default_config())
-    lines.append(f"# {n} sampled trials:")
+    lines.append(f"# the first {n} trials, in the order a run takes them:")
     estimator = Estimator(space, records)
     sampled_s = 0.0
-    for i in range(n):
-        trial = study.ask()
-        config = space.sample(trial)
+    for i, (origin, launch) in enumerate(planned_trials(space, n, free)):
+        config = launch.config
         _, _, request = space.split(config)
-        label = "default" if i == 0 else f"sample {i}"
-        header = (f"# trial {i} ({label}): {config.engine} / {config.model}"
+        header = (f"# trial {i} ({origin}): {config.engine} / {config.model}"
                   + (f"; request-side: {request}" if request else ""))
-        launch = launch_of(space, config, free=free)
         lines += _describe(launch, header)
         sampled_s += estimator.trial_s(config.engine) if launch.feasible else 0.0
-        study.tell(trial, [0.0] * len(space.m.objectives))
     dead = dead_choices(space, free=free)
     lines += ["# dead choices (no feasible config uses them; remove or fix them):"] + [f"#   {d}" for d in dead] \
         if dead else ["# dead choices: none"]

@@ -3,7 +3,12 @@
 Memory:  need      = checkpoint size + KV cache for ONE sequence of the maximum context length
          available = device memory x the engine's memory share (1.0 where it has none) - reserve
 Context: the engine's per-sequence context limit must hold the longest request of the workloads
-         (prompt + output); a shorter one answers those requests with HTTP 400.
+         the objectives read (prompt + output); a shorter one answers those requests with HTTP 400.
+         Other workloads longer than the limit are not measured for that config
+         (workloads_beyond_context): a short context is a choice, not a failure. A quality check
+         longer than the limit is warned about (it will count as lost).
+Pairs:   an engine that lists the checkpoints it loads (`engines.<name>.models`) is never started
+         with another one.
 
 Which parameters set the memory share, the context length and the KV dtype is each engine module's
 business (Engine.memory_knobs): nothing here branches on a dialect.
@@ -102,16 +107,24 @@ def _longest_prompt(path: str, fmt: str, limit: int | None, mtime: float) -> tup
     return sum(len(c) for _, c in longest.messages), longest.max_tokens
 
 
-def longest_request(space: Space, request: dict[str, object] | None = None) -> tuple[int, str]:
-    """(tokens, "workload/item") of the longest request (prompt + output) the workloads and the
-    quality suite's long-context checks send."""
+def objective_workloads(space: Space) -> set[str]:
+    """Workloads an objective reads (`qa.output_tok_s` -> qa): every config must measure these."""
+    return {o.metric.split(".", 1)[0].split("@", 1)[0] for o in space.m.objectives}
+
+
+def longest_request(space: Space, request: dict[str, object] | None = None,
+                    only: set[str] | None = None, with_quality: bool = True) -> tuple[int, str]:
+    """(tokens, "workload/item") of the longest request (prompt + output) the workloads (those in
+    `only`, where given) and the quality suite's long-context checks send."""
     best = (0, "")
     for spec in space.workload_specs(request):  # type: ignore[arg-type]
+        if only is not None and spec.name not in only:
+            continue
         for prompt, output, label in stream_requests(spec):
             if prompt + output > best[0]:
                 best = (prompt + output, label)
     quality = space.m.quality
-    for check in quality_checks(space):
+    for check in quality_checks(space) if with_quality else ():
         need = round(check.context_tokens * quality.context_scale) + check.max_tokens
         if check.context_tokens and need > best[0]:
             best = (need, f"quality/{check.name}")
@@ -126,10 +139,13 @@ def quality_checks(space: Space) -> tuple[Check, ...]:
 def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> FitEstimate | None:
     """None when the space states too little to judge (no context knob set, no device or model size).
     `free`: the device's free memory at start (see free_at_start), read by the caller once per study."""
+    if not space.loads(config.engine, config.model):
+        return FitEstimate(False, 0.0, 0.0, f"engine {config.engine} does not load checkpoint {config.model} "
+                           f"(engines.{config.engine}.models)", reason="pair")
     settings = space.engine_settings(config.engine)
     flags, _, request = space.split(config)
     knobs = get_engine(settings.dialect).memory_knobs(settings, flags)
-    longest, where = longest_request(space, request)
+    longest, where = longest_request(space, request, only=objective_workloads(space), with_quality=False)
     if knobs.context_tokens is not None and knobs.context_tokens < longest:
         return FitEstimate(False, float(longest), float(knobs.context_tokens),
                            f"context limit {knobs.context_tokens} tokens < {longest} tokens of the longest "
@@ -153,6 +169,14 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
               f"= {need:.1f} GB vs {device.memory_gb:.1f} GB x {util:.2f} - {device.reserve_gb:.1f} GB reserve "
               f"= {available:.1f} GB{free_note}")
     warnings = []
+    skipped = workloads_beyond_context(space, config)
+    if skipped:
+        warnings.append(f"not measured at this {knobs.context_tokens}-token context: " + ", ".join(
+            f"{name} ({tokens} tokens)" for name, tokens in skipped))
+    quality_need, check = longest_request(space, request, only=set())
+    if context is not None and quality_need > context:
+        warnings.append(f"quality check {check} needs {quality_need} tokens > the {context}-token context: "
+                        "it will count as lost")
     streams = max(w.concurrency for w in space.workload_specs(request))
     if kv_one and need <= available < model.size_gb + kv_one * streams:
         warnings.append(f"KV cache cannot hold {streams} full-length sequences at once; expect queueing")
@@ -160,3 +184,20 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
         warnings.append(f"unified memory: {util:.2f} of {device.memory_gb:.1f} GB leaves the OS and page cache "
                         f"{device.memory_gb - share:.1f} GB (< {device.os_reserve_gb:.1f} GB): OOM risk")
     return FitEstimate(need <= available, need, available, detail, "; ".join(warnings) or None)
+
+
+def workloads_beyond_context(space: Space, config: Config) -> list[tuple[str, int]]:
+    """(workload, tokens of its longest request) of each workload longer than the config's context
+    limit: not measured for this config (a shorter context is a choice, e.g. Atlas at 4096, not a
+    failure). Those an objective reads are never among them: estimate() rejects such a config."""
+    settings = space.engine_settings(config.engine)
+    flags, _, request = space.split(config)
+    context = get_engine(settings.dialect).memory_knobs(settings, flags).context_tokens
+    if context is None:
+        return []
+    out = []
+    for spec in space.workload_specs(request):
+        longest = max(prompt + output for prompt, output, _ in stream_requests(spec))
+        if longest > context:
+            out.append((spec.name, longest))
+    return out

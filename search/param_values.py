@@ -33,6 +33,23 @@ def default_value(param: Any) -> Any:
     return param.default if param.default is not None else param.low
 
 
+def check_value(param: Any, value: Any) -> str | None:
+    """Why `value` is not one the param can take (None: it can)."""
+    if isinstance(param, FixedParam):
+        return None if value == param.value else f"{value!r} differs from the fixed value {param.value!r}"
+    if isinstance(param, CategoricalParam):
+        return None if value in param.choices else f"{value!r} is not one of the choices {param.choices}"
+    if isinstance(param, BoolParam):
+        return None if isinstance(value, bool) else f"{value!r} is not true or false"
+    if isinstance(param, IntParam):
+        if isinstance(value, bool) or not isinstance(value, int) or not param.low <= value <= param.high:
+            return f"{value!r} is not an integer in [{param.low}, {param.high}]"
+        return None if (value - param.low) % param.step == 0 else f"{value} is off the step {param.step}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not param.low <= value <= param.high:
+        return f"{value!r} is not a number in [{param.low}, {param.high}]"
+    return None
+
+
 FLOAT_DIGITS = 4  # significant digits of a sampled float without a step
 
 

@@ -42,6 +42,7 @@ from search.space_schema import REQUEST_SIDE, FixedParam
 from search.surrogate import FailureModel, Observation, expected_improvement, gp_posterior
 
 FAILED_KEY = "failed"
+QUEUED_ATTR = "queued"  # user attr of a trial queued by the space's `queue:` (its label)
 FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - threshold)
 FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
 MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
@@ -188,11 +189,15 @@ class FlagSampler(BaseSampler):
         self.n_design = n_design
         self.guide = guide
         self.noise_floor = noise_floor
-        self.design = latin_design(dists, n_design, design_seed) if dists and n_design > 0 else []
-        self._rng = np.random.default_rng(seed)
-        self._random = RandomSampler(seed=seed)
         # `allowed`: configs worth proposing at all (e.g. not rejected by a memory-fit check).
         self.allowed = allowed or (lambda _: True)
+        self.design = latin_design(dists, n_design, design_seed) if dists and n_design > 0 else []
+        if any(not self.allowed(row) for row in self.design):
+            # Spread over the allowed configs only (e.g. the engine/checkpoint pairs an engine loads).
+            wider = latin_design(dists, n_design * 4, design_seed)
+            self.design = [row for row in wider if self.allowed(row)][:n_design]
+        self._rng = np.random.default_rng(seed)
+        self._random = RandomSampler(seed=seed)
         configs = enumerate_configs(dists) if dists else None
         self.all_configs = None if configs is None else [c for c in configs if self.allowed(c)]
         self.origins: dict[int, str] = {}  # trial number -> how its config was chosen (shown in progress)
@@ -362,6 +367,11 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             inner = TPESampler(seed=seed, n_startup_trials=n_design, multivariate=True, constant_liar=True)
     design_seed = space.m.seed if design_seed is None else design_seed
+    if allowed is None and any(e.models is not None for e in space.m.engines.values()):
+        engines, models = list(space.m.engines), [m.name for m in space.m.models]
+
+        def allowed(config: dict[str, Any]) -> bool:  # the pairs the space's engines load
+            return space.loads(config.get("engine", engines[0]), config.get("model", models[0]))
     return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed)
 
 
@@ -395,6 +405,9 @@ def trial_origin(study: Study, trial: optuna.Trial) -> str:
     origins = getattr(study.sampler, "origins", {})
     if trial.number in origins:
         return str(origins[trial.number])
-    if "fixed_params" in study._storage.get_trial(trial._trial_id).system_attrs:
+    stored = study._storage.get_trial(trial._trial_id)
+    if "fixed_params" in stored.system_attrs:
+        if stored.user_attrs.get(QUEUED_ATTR):
+            return f"queued by the space: {stored.user_attrs[QUEUED_ATTR]}"
         return "queued (the default config, a resumed trial or a warm start)"
     return type(study.sampler).__name__

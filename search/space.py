@@ -24,7 +24,7 @@ from harness.engines import EngineSettings, ModelChoice
 from harness.files import InputError, load_yaml
 from harness.launch.spec import Volume
 from harness.workloads import WorkloadSpec, catalogue
-from search.param_values import default_value, distribution, request_values, rounded_float
+from search.param_values import check_value, default_value, distribution, request_values, rounded_float
 from search.space_schema import CONSTRAINT, FixedParam, FloatParam, SpaceError, SpaceModel
 
 
@@ -99,7 +99,9 @@ def parse_space(data: Any, source: str = "<space>") -> Space:
     except (TypeError, ValueError, RecursionError) as exc:  # odd documents that trip the validators
         raise SpaceError(secrets.scrub_text(f"{source}: invalid space: {' '.join(str(exc).split())}")) from None
     _secret_params(model, source)
-    return Space(model, source)
+    space = Space(model, source)
+    space.queued_configs()  # each queued config must be one the space can sample: an error here names it
+    return space
 
 
 def load_space(path: str | Path) -> Space:
@@ -230,6 +232,44 @@ class Space:
             chosen[name] = value
             values[name] = value
         return Config(engine=chosen["engine"], model=chosen["model"], values=values)
+
+    def loads(self, engine: str, model: str) -> bool:
+        """Whether `engine` can load checkpoint `model` (engines.<name>.models; unset: every one)."""
+        allowed = self.m.engines[engine].models
+        return allowed is None or model in allowed
+
+    def queued_configs(self) -> list[tuple[str, dict[str, Any]]]:
+        """(label, params) of each `queue:` entry, in order: every active param at its default unless
+        the entry names it, as default_config() spells a config. A value the space could not sample
+        (an inactive param, a value outside its choices or range, a pair the engine cannot load) is
+        a SpaceError naming the entry."""
+        out = []
+        for i, q in enumerate(self.m.queue):
+            where = f"{self.source}: queue[{i}] ({q.label})"
+            if q.engine not in self.m.engines:
+                raise SpaceError(f"{where}: engine {q.engine!r} is not in engines ({', '.join(self.m.engines)})")
+            if q.model not in {m.name for m in self.m.models}:
+                raise SpaceError(f"{where}: model {q.model!r} is not in models")
+            if not self.loads(q.engine, q.model):
+                raise SpaceError(f"{where}: engines.{q.engine}.models does not list {q.model!r}")
+            chosen: dict[str, Any] = {"engine": q.engine, "model": q.model}
+            config: dict[str, Any] = dict(chosen)
+            for name, param in self.m.params.items():
+                if param.side == "request" or not self._active(param.when, chosen):
+                    continue
+                value = q.params.get(name, default_value(param))
+                problem = check_value(param, value)
+                if problem:
+                    raise SpaceError(f"{where}: params.{name}: {problem}")
+                chosen[name] = value
+                if not isinstance(param, FixedParam):
+                    config[name] = value
+            inactive = sorted(set(q.params) - set(chosen))
+            if inactive:
+                raise SpaceError(f"{where}: {', '.join(inactive)}: not a parameter of this engine and model "
+                                 "(unknown, or its `when:` excludes them)")
+            out.append((q.label, config))
+        return out
 
     def default_config(self) -> dict[str, Any]:
         """Params for the baseline trial: first engine and model, every param at its default."""

@@ -67,6 +67,9 @@ class EngineModel(Strict):
     ready_timeout_s: float = Field(default=900.0, gt=0)
     flag_map: dict[str, str] = {}
     expect: ExpectModel = ExpectModel()
+    # The checkpoints this engine can load (None: all). An image patched for one checkpoint family
+    # (e.g. INT4 AutoRound) has no business with the others: such pairs cost no start and no trial.
+    models: list[str] | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -274,6 +277,16 @@ class ConfirmModel(Strict):
     controls: list[dict[str, Any]] = Field(default_factory=list, max_length=4)
 
 
+class QueuedModel(Strict):
+    """A known config run before anything is sampled (after the default): the documents' known-good
+    setups, so that the study starts from the best known results. Unnamed params take their defaults."""
+
+    label: str = Field(min_length=1)  # where it comes from, shown in progress lines and the dry run
+    engine: str
+    model: str
+    params: dict[str, Scalar | dict[str, Any] | list[Any]] = {}
+
+
 class BudgetModel(Strict):
     trials: int = Field(default=10, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
@@ -295,6 +308,7 @@ class SpaceModel(Strict):
     constraints: list[str] = []
     budget: BudgetModel = BudgetModel()
     confirm: ConfirmModel = ConfirmModel()
+    queue: list[QueuedModel] = []
     device: DeviceModel | None = None
     seed: int = 0
 
@@ -308,6 +322,11 @@ class SpaceModel(Strict):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError("models: names must be unique")
+        for name, engine in self.engines.items():
+            unknown_models = sorted(set(engine.models or []) - set(names))
+            if unknown_models:
+                raise ValueError(f"engines.{name}.models: unknown checkpoint(s) {', '.join(unknown_models)} "
+                                 f"(known: {', '.join(names)})")
         reserved = {"engine", "model"}
         for i, control in enumerate(self.confirm.controls):
             unknown = sorted(set(control) - set(self.params) - reserved - {"slowdown"})

@@ -40,7 +40,7 @@ from harness.session import (
 )
 from search.curves import add_curve_summaries
 from search.estimate import Estimator
-from search.memory_fit import LocalMemory, estimate, free_at_start
+from search.memory_fit import LocalMemory, estimate, free_at_start, workloads_beyond_context
 from search.noise import noise_floor, probe
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
@@ -286,7 +286,9 @@ class StudyRunner:
         m = self.space.m
         quality = QualityPlan(m.quality, self._reference(), m.measure.request_timeout_s) \
             if m.quality.suite or m.quality.reference else None
-        specs = self.space.curve_specs()
+        # Workloads longer than this config's context are not measured for it (a choice, not a failure).
+        beyond = {name for name, _ in workloads_beyond_context(self.space, config)}
+        specs = [s for s in self.space.curve_specs() if s.name.partition("@")[0] not in beyond]
         points = list(dict.fromkeys(s.name.partition("@")[2] for s in specs))  # in ladder order
         for i, point in enumerate(points):
             measured = self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
