@@ -6,3 +6,14 @@ PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 mkdir -p "$FLAGSEARCH_HOME"
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Daemons these scripts start (PostgreSQL, dockerd) must not inherit the caller's open files: a
+# lock held by `flock LOCK make test` would otherwise live on in the daemon and block every later
+# holder. Close every descriptor past stderr (bash reads the script itself from 255: kept).
+close_inherited_fds() {
+  local fd
+  for fd in /proc/$$/fd/*; do
+    fd=${fd##*/}
+    if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then eval "exec $fd>&-"; fi
+  done
+}

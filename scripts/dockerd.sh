@@ -11,6 +11,7 @@
 # Runs as root, or as a user with passwordless sudo (GitHub-hosted runners): dockerd and apt-get go
 # through sudo, and the socket belongs to the user's group so that the user's tests can reach it.
 source "$(dirname "$0")/common.sh"
+close_inherited_fds
 DIR="$FLAGSEARCH_HOME/docker"
 SOCK="$DIR/docker.sock"
 PIDFILE="$DIR/dockerd.pid"

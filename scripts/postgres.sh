@@ -5,6 +5,7 @@
 # Runs as root, or as a user with passwordless sudo (GitHub-hosted runners): only apt-get goes
 # through sudo; a non-root user runs the server as itself.
 source "$(dirname "$0")/common.sh"
+close_inherited_fds
 PORT="${FLAGSEARCH_PG_PORT:-55432}"
 PGDIR="${FLAGSEARCH_PG_DIR:-/var/tmp/flagsearch-postgres-$PORT}"
 DATA="$PGDIR/data"
