@@ -1,13 +1,14 @@
-"""Several workers on one study through a real PostgreSQL server (scripts/postgres.sh)."""
+"""Several workers on one study: through a real PostgreSQL server (scripts/postgres.sh) and through
+one SQLite file, all started at the same instant; the study's budget holds (search/study_lock.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -15,10 +16,25 @@ import pytest
 import yaml
 
 from harness import setup_paths
+from search.storage import BUDGET_ATTR, counted_trials
 from search.study import RECORD_ATTR
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parent.parent
+# A worker process: imports first, then waits until every worker of the round is ready, then runs
+# `search run` (argv: ready folder, worker count, CLI args). Imports take seconds on a busy machine,
+# so without this the workers would start seconds apart and hide the race.
+WORKER = """
+import sys, time
+from pathlib import Path
+from search.cli import build_parser, main
+build_parser()  # imports every command's module now
+ready, n = Path(sys.argv[1]), int(sys.argv[2])
+(ready / str(time.time_ns())).touch()
+while len(list(ready.iterdir())) < n:
+    time.sleep(0.001)
+sys.exit(main(sys.argv[3:]))
+"""
 
 
 @pytest.fixture(scope="session")
@@ -50,21 +66,27 @@ def llamacpp_space(tmp: Path) -> Path:
     return path
 
 
+def start_together(n: int, args: list[str], tmp: Path, results: Callable[[int], Path],
+                   ok: Callable[[int, str], bool] = lambda rc, _: rc == 0) -> list[str]:
+    """Run n `search run` workers that begin at the same instant; their outputs, after all ended."""
+    ready = tmp / f"ready-{uuid.uuid4().hex[:6]}"
+    ready.mkdir()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(ready), str(n), *args, "--results",
+                                 str(results(i))], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for i in range(n)]
+    outputs = [w.communicate(timeout=900)[0] for w in workers]
+    for w, out in zip(workers, outputs, strict=True):
+        assert ok(w.returncode, out), out
+    return outputs
+
+
 def test_two_workers_share_one_budget_without_duplicates_or_losses(tmp_path: Path, postgres_url: str) -> None:
     space = llamacpp_space(tmp_path)
     study = f"dist-{uuid.uuid4().hex[:8]}"
     budget = 6
-    cmd = [sys.executable, "-m", "search.cli", "run", str(space), "--storage", postgres_url, "--study", study,
-           "--trials", str(budget), "--quiet", "--no-confirm"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    workers = []
-    for i in range(2):
-        workers.append(subprocess.Popen([*cmd, "--results", str(tmp_path / f"w{i}")], cwd=ROOT, env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        time.sleep(3)  # hosts rarely start in the same instant; the baseline enqueue is not atomic
-    outputs = [w.communicate(timeout=900)[0] for w in workers]
-    for w, out in zip(workers, outputs, strict=True):
-        assert w.returncode == 0, out
+    start_together(2, ["run", str(space), "--storage", postgres_url, "--study", study, "--trials", str(budget),
+                       "--quiet", "--no-confirm"], tmp_path, lambda i: tmp_path / f"w{i}")
 
     loaded = optuna.load_study(study_name=study, storage=postgres_url)
     trials = loaded.get_trials(deepcopy=False)
@@ -79,3 +101,50 @@ def test_two_workers_share_one_budget_without_duplicates_or_losses(tmp_path: Pat
     assert all(list((tmp_path / f"w{i}" / study / "trials").glob("*/result.json")) for i in range(2))
     # The default config ran exactly once, whichever worker took it.
     assert sum(bool(t.user_attrs.get("baseline")) for t in finished) == 1
+
+
+def failing_engine_space(tmp: Path) -> Path:
+    """Fault injection: an "engine" that exits 0.3 s after it starts, so each trial is a quick real
+    failure (a failed start counts in the budget) and many rounds of many workers take seconds.
+    What is under test is the claim on the budget, which does not depend on the engine."""
+    model = tmp / "model.gguf"
+    model.write_bytes(b"\0")
+    exits = [sys.executable, "-c", "import sys, time; time.sleep(0.3); sys.exit(1)"]
+    doc = {
+        "name": "race",
+        "engines": {"llamacpp": {"command": exits, "args": {"parallel": 1}, "ready_timeout_s": 10}},
+        "models": [{"name": "m", "path": str(model)}],
+        "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 2},
+                   "batch_size": {"type": "categorical", "choices": [512, 1024, 2048], "default": 2048},
+                   "ubatch_size": {"type": "categorical", "choices": [128, 256, 512], "default": 512}},
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 10},
+        "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 8}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "w.output_tok_s"}],
+    }
+    path = tmp / "race.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_workers_started_at_the_same_instant_never_exceed_the_budget(tmp_path: Path, backend: str,
+                                                                      request: pytest.FixtureRequest) -> None:
+    space = failing_engine_space(tmp_path)
+    workers, budget = 5, 7
+    for round_ in range(3):
+        study = f"race-{uuid.uuid4().hex[:8]}"
+        # SQLite: a fresh file each round, so that the workers also race to create its tables.
+        url = request.getfixturevalue("postgres_url") if backend == "postgresql" else \
+            f"sqlite:///{tmp_path / f'race-{round_}.db'}"
+        outputs = start_together(workers, ["run", str(space), "--storage", url, "--study", study, "--trials",
+                                           str(budget), "--quiet", "--no-confirm"], tmp_path,
+                                 lambda i, r=round_: tmp_path / f"r{r}-w{i}",
+                                 ok=lambda rc, out: rc == 0 or (rc == 1 and "no feasible config" in out))
+        trials = optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False)
+        states = [(t.number, t.state.name, t.user_attrs.get(BUDGET_ATTR, True)) for t in trials]
+        assert counted_trials(optuna.load_study(study_name=study, storage=url)) == budget, (states, outputs)
+        # Nothing beyond the budget was even started: no skipped or duplicate trial either.
+        assert len(trials) == budget and all(t.state.is_finished() for t in trials), states
+        assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1, states
+        assert len({repr(sorted(t.params.items())) for t in trials}) == budget, "a config ran twice"
