@@ -1,14 +1,23 @@
-"""How much of the host's CPU other programs used while we measured.
+"""How much of the host's CPU (and GPU) other programs used while we measured.
 
 The load average counts our own server too (an engine on 2 cores makes it ~2), so it cannot
-tell a calm machine from a contended one. This does: CPU time of the whole host minus the CPU
-time of this process and its descendants (the tool and the servers it started), over a window.
-A window must end while the server it measured is still running, so that its CPU is counted as
-ours."""
+tell a calm machine from a contended one. This does: CPU time of the cores our processes ran on
+minus the CPU time of our processes (the tool, the servers it started and the containers its
+Docker launcher started: `claim`), over a window. A window must end while the server it measured
+is still running, so that its CPU is counted as ours.
+
+Judged per core of the cores we use: on a 2-core machine that is the whole machine; on a 128-core
+host running a 2-core engine it is the few cores the engine and client were seen on, so 45 busy
+cores elsewhere do not hide behind a share of 128 (nor count against us when they are elsewhere).
+On a GPU host, other processes on the device and its utilisation are recorded; another process on
+the device makes the window contended (a shared accelerator decides a ranking as a shared CPU does).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -20,42 +29,96 @@ import psutil
 CONTENDED_SHARE = 0.35
 
 
-def _tree_cpu_s() -> dict[tuple[int, float], float]:
-    """CPU seconds (user + system) of this process and each live descendant, keyed by (pid,
-    create time) so that a reused pid is another process."""
-    me = psutil.Process()
+_CLAIMED: set[int] = set()  # processes we started that are not our descendants (containers' init)
+
+
+def claim(pid: int) -> None:
+    """Count this process and its descendants as ours (a container our Docker launcher started)."""
+    if pid > 0:
+        _CLAIMED.add(pid)
+
+
+def _ours() -> list[psutil.Process]:
+    roots = [psutil.Process()]
+    for pid in list(_CLAIMED):
+        try:
+            roots.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            _CLAIMED.discard(pid)
+    out = []
+    for root in roots:
+        try:
+            out += [root, *root.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def _tree_cpu_s(cores: set[int] | None = None) -> dict[tuple[int, float], float]:
+    """CPU seconds (user + system) of our processes, keyed by (pid, create time) so that a reused pid
+    is another process; the core each runs on now is added to `cores`."""
     out: dict[tuple[int, float], float] = {}
-    for p in [me, *me.children(recursive=True)]:
+    for p in _ours():
         try:
             with p.oneshot():
                 t = p.cpu_times()
                 out[(p.pid, p.create_time())] = t.user + t.system
+                if cores is not None:
+                    cores.add(p.cpu_num())
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return out
 
 
-def _host_busy_s() -> float:
-    t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+def _busy_per_core() -> list[float]:
+    return [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in psutil.cpu_times(percpu=True)]
+
+
+def _gpu_state() -> tuple[float | None, list[int]]:
+    """(GPU utilisation %, pids of processes on the GPU) from nvidia-smi; (None, []) without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None, []
+    try:
+        util = subprocess.run([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=5).stdout.split()
+        apps = subprocess.run([smi, "--query-compute-apps=pid", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=5).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None, []
+    values = [float(u) for u in util if u.replace(".", "", 1).isdigit()]
+    return (max(values) if values else None), [int(a) for a in apps if a.isdigit()]
 
 
 @dataclass(frozen=True)
 class LoadWindow:
     wall_s: float
-    foreign_cores: float  # cores' worth of CPU used by programs other than ours, on average
-    cores: int
+    foreign_cores: float  # cores' worth of CPU used by other programs on the cores we used, on average
+    cores: int  # the cores we used (our processes were seen on them)
     loadavg_1m: float
-    own_cores: float = 0.0  # cores' worth of CPU used by this process and what it started
+    own_cores: float = 0.0  # cores' worth of CPU used by our processes
+    host_cores: int = 0
+    gpu_util_pct: float | None = None  # the device's highest utilisation seen
+    gpu_foreign_pids: tuple[int, ...] = ()  # processes on the GPU that are not ours
 
     @property
     def contended(self) -> bool:
-        return self.foreign_cores > CONTENDED_SHARE * self.cores
+        return self.foreign_cores > CONTENDED_SHARE * self.cores or bool(self.gpu_foreign_pids)
 
-    def to_dict(self) -> dict[str, float | int | bool]:
+    @property
+    def why(self) -> str:
+        parts = []
+        if self.foreign_cores > CONTENDED_SHARE * self.cores:
+            parts.append(f"other programs used {self.foreign_cores:.2f} of the {self.cores} cores we ran on")
+        if self.gpu_foreign_pids:
+            parts.append(f"other processes on the GPU: {', '.join(map(str, self.gpu_foreign_pids))}")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
         return {"wall_s": round(self.wall_s, 2), "foreign_cores": round(self.foreign_cores, 3), "cores": self.cores,
-                "loadavg_1m": round(self.loadavg_1m, 2), "own_cores": round(self.own_cores, 3),
-                "contended": self.contended}
+                "host_cores": self.host_cores, "loadavg_1m": round(self.loadavg_1m, 2),
+                "own_cores": round(self.own_cores, 3), "gpu_util_pct": self.gpu_util_pct,
+                "gpu_foreign_pids": list(self.gpu_foreign_pids), "contended": self.contended}
 
 
 class LoadMeter:
@@ -70,23 +133,38 @@ class LoadMeter:
     POLL_S = 0.5
 
     def start(self) -> LoadMeter:
-        self._t, self._host = time.monotonic(), _host_busy_s()
-        self._first = _tree_cpu_s()  # what our processes had used before the window
+        self._cores: set[int] = set()
+        self._t, self._busy = time.monotonic(), _busy_per_core()
+        self._first = _tree_cpu_s(self._cores)  # what our processes had used before the window
         self._last = dict(self._first)
+        self._gpu_util: list[float] = []
+        self._gpu_pids: set[int] = set()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         return self
 
     def _poll(self) -> None:
+        polls = 0
         while not self._done.wait(self.POLL_S):
-            self._last.update(_tree_cpu_s())
+            self._last.update(_tree_cpu_s(self._cores))
+            if polls % 4 == 0:  # nvidia-smi costs ~50 ms: every 2 s is enough
+                util, pids = _gpu_state()
+                if util is not None:
+                    self._gpu_util.append(util)
+                ours = {p.pid for p in _ours()}
+                self._gpu_pids |= {pid for pid in pids if pid not in ours}
+            polls += 1
 
     def stop(self) -> LoadWindow:
         self._done.set()
         self._thread.join()
-        self._last.update(_tree_cpu_s())
+        self._last.update(_tree_cpu_s(self._cores))
         wall = max(1e-6, time.monotonic() - self._t)
         own = sum(cpu - self._first.get(key, 0.0) for key, cpu in self._last.items())
-        foreign = (_host_busy_s() - self._host) - own
-        return LoadWindow(wall, max(0.0, foreign / wall), psutil.cpu_count() or 1, os.getloadavg()[0], own / wall)
+        busy = [b - a for a, b in zip(self._busy, _busy_per_core(), strict=False)]
+        cores = sorted(c for c in self._cores if 0 <= c < len(busy)) or list(range(len(busy)))
+        foreign = sum(busy[c] for c in cores) - own
+        return LoadWindow(wall, max(0.0, foreign / wall), len(cores), os.getloadavg()[0], own / wall,
+                          psutil.cpu_count() or 1, max(self._gpu_util) if self._gpu_util else None,
+                          tuple(sorted(self._gpu_pids)))

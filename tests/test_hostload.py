@@ -40,3 +40,49 @@ def test_a_killed_servers_worker_counts_as_ours() -> None:
     own_cpu_s = window.own_cores * window.wall_s
     assert own_cpu_s >= 0.8, window  # the worker's CPU, seen by polling before it was killed
     assert window.to_dict()["own_cores"] == round(window.own_cores, 3)
+
+
+def _orphan_busy_loop(seconds: float) -> int:
+    """A CPU-burning process that is not our descendant (the shell that started it has exited), as a
+    container's processes are dockerd's, not ours."""
+    out = subprocess.run(["sh", "-c", f"timeout {seconds} {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & "
+                                      "echo $!"], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_a_claimed_process_counts_as_ours_and_an_unclaimed_one_as_foreign() -> None:
+    from harness import hostload
+
+    # Our work and another program share core 0: that core's foreign load is what decides.
+    ours = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 6\nwhile time.time() < t: pass"])
+    pid = _orphan_busy_loop(6)
+    try:
+        for p in (ours.pid, pid):
+            psutil.Process(p).cpu_affinity([0])
+        time.sleep(0.3)
+        meter = LoadMeter().start()
+        time.sleep(1.5)
+        shared = meter.stop()
+        assert shared.foreign_cores >= 0.3, shared  # not ours: another program's load on our core
+        hostload.claim(pid)  # what the Docker launcher does with a container's init process
+        meter = LoadMeter().start()
+        time.sleep(1.5)
+        claimed = meter.stop()
+    finally:
+        hostload._CLAIMED.discard(pid)
+        ours.kill()
+        psutil.Process(pid).kill()
+    assert claimed.own_cores >= 0.7 and claimed.foreign_cores < 0.2, claimed
+
+
+def test_another_process_on_the_gpu_makes_the_window_contended(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Fault injection: a stand-in nvidia-smi that reports 97% utilisation and a process that is not ours.
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$1\" in --query-gpu*) echo 97 ;; *) echo 999999 ;; esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    meter = LoadMeter().start()
+    time.sleep(0.7)
+    window = meter.stop()
+    assert window.gpu_util_pct == 97.0 and window.gpu_foreign_pids == (999999,)
+    assert window.contended and "other processes on the GPU: 999999" in window.why

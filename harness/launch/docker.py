@@ -30,7 +30,7 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
-from harness import secrets
+from harness import hostload, secrets
 from harness.client import forget_api_key, register_api_key
 from harness.launch import reaper
 from harness.launch.base import StartupError
@@ -240,6 +240,9 @@ class DockerLauncher:
             text = str(exc.explanation or exc)
             cause = "gpu_unavailable" if "device driver" in text or "gpu" in text.lower() else "docker_error"
             raise StartupError(cause, f"cannot start the container: {text}", []) from None
+        with contextlib.suppress(docker.errors.DockerException):
+            container.reload()  # its processes are dockerd's children, not ours: the load meter is told
+            hostload.claim(int((container.attrs.get("State") or {}).get("Pid") or 0))
         # The server's spec names the exact image that ran (server.spec.command_line() pins it).
         key = secrets.api_key(spec.argv, spec.env)
         if key:
