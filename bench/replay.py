@@ -17,7 +17,7 @@ Methods (each seeded; the grid is one fixed order):
 ci_high >= (1 - tolerance) x best ci_low, where the best point has the highest median. Replayed
 values are each point's median over its repeats (the value one start's measurement gives).
 
-    .venv/bin/python bench/replay.py bench/data/cpu_llamacpp_smollm2.csv --seeds 50
+    .venv/bin/python -m bench.replay bench/data/cpu_llamacpp_smollm2.csv --seeds 50
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import itertools
 import math
 import random
 import statistics
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,8 +36,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
 from search.space import Space, parse_space

