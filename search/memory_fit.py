@@ -26,6 +26,10 @@ only gets a warning (engines queue such requests).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -54,22 +58,60 @@ class FitEstimate:
 @dataclass(frozen=True)
 class LocalMemory:
     total_gb: float
-    available_gb: float
+    available_gb: float  # MemAvailable: what the OS could hand out (page cache counted as free)
+    page_cache_gb: float = 0.0  # Cached: file pages (a 76 GB checkpoint just read fills it)
+    gpu_free_gb: float | None = None  # what the GPU reports free (vLLM's start check reads this one)
+
+    @property
+    def free_gb(self) -> float:
+        """What an engine can take at start: on GB10 the GPU's own figure drops below MemAvailable
+        once the page cache fills, and vLLM refuses to start on the GPU's figure."""
+        return min(self.available_gb, self.gpu_free_gb) if self.gpu_free_gb is not None else self.available_gb
+
+
+# A device report to read instead of this machine's (a JSON object with the LocalMemory fields): for
+# reading a device from elsewhere, and for fault injection in tests.
+DEVICE_REPORT_ENV = "FLAGSEARCH_DEVICE_REPORT"
+
+
+def _gpu_free_gb() -> float | None:
+    """The first GPU's free memory as nvidia-smi reports it (GiB); None without one or a number."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+        return float(out[0]) / 1024 if out else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None  # GB10 may print [N/A]: MemAvailable then stands for it
 
 
 def local_memory(meminfo: Path = Path("/proc/meminfo")) -> LocalMemory | None:
-    """This machine's memory in GiB (MemTotal, MemAvailable), None where /proc/meminfo is missing."""
+    """This machine's memory in GiB (MemTotal, MemAvailable, Cached, and the GPU's free memory where
+    nvidia-smi reports it), or the device report FLAGSEARCH_DEVICE_REPORT names; None where neither
+    can be read."""
+    report = os.environ.get(DEVICE_REPORT_ENV)
+    if report:
+        try:
+            data = json.loads(Path(report).read_text())
+            return LocalMemory(float(data["total_gb"]), float(data["available_gb"]),
+                               float(data.get("page_cache_gb", 0.0)),
+                               float(data["gpu_free_gb"]) if data.get("gpu_free_gb") is not None else None)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     try:
         fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
-        kib = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable")}
-        return LocalMemory(kib["MemTotal"] / 2**20, kib["MemAvailable"] / 2**20)
+        kib = {k: int(v.split()[0]) for k, v in fields.items() if k in ("MemTotal", "MemAvailable", "Cached")}
+        return LocalMemory(kib["MemTotal"] / 2**20, kib["MemAvailable"] / 2**20, kib.get("Cached", 0) / 2**20,
+                           _gpu_free_gb())
     except (OSError, KeyError, ValueError, IndexError):
         return None
 
 
 def free_at_start(space: Space) -> LocalMemory | None:
     """The device's free memory now, where it can be read: a unified-memory device that is this
-    machine (its total within 10% of `device.memory_gb`). None elsewhere (a dry run on a laptop)."""
+    machine (its total within 10% of `device.memory_gb`). None elsewhere (a dry run on a laptop).
+    Read before every start (search/unified_memory.py): other programs and the page cache change it."""
     device = space.m.device
     if device is None or not device.unified_memory or device.memory_gb is None:
         return None
@@ -158,9 +200,9 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
     share = device.memory_gb * util
     available = share - device.reserve_gb
     free_note = ""
-    if free is not None and free.available_gb < share:
-        available = free.available_gb - device.reserve_gb
-        free_note = f" (only {free.available_gb:.1f} free at start, of {share:.1f} asked for)"
+    if free is not None and free.free_gb < share:
+        available = free.free_gb - device.reserve_gb
+        free_note = f" (only {free.free_gb:.1f} free at start, of {share:.1f} asked for)"
     kv_per_token = model.attrs.get("kv_bytes_per_token")
     context = knobs.context_tokens
     kv_one = float(kv_per_token) * context * knobs.kv_bytes_factor / 2**30 if kv_per_token and context else 0.0

@@ -90,6 +90,9 @@ class DeviceModel(Strict):
     # GPU memory shared with the OS and the page cache (DGX Spark / GB10): see search/memory_fit.py.
     unified_memory: bool = False
     os_reserve_gb: float = Field(default=8.0, ge=0)  # what the OS needs left over (unified memory only)
+    # The command that drops the page cache before a start whose share it holds (unified memory only);
+    # None: never, unless `search run --drop-page-cache` (search/unified_memory.py).
+    drop_page_cache: list[str] | None = None
 
 
 class ModelModel(Strict):

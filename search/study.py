@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -50,6 +51,7 @@ from search.stopping import study_should_stop
 from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
 from search.study_lock import StudyLock
 from search.trial_index import RECORD_ATTR, TrialIndex
+from search.unified_memory import MEMORY_HELD, MemoryGuard, retry_if_memory_held
 
 # Storage helpers are re-exported: callers open and count studies through this module or search.storage.
 __all__ = ["BUDGET_ATTR", "RECORD_ATTR", "Reporter", "StudyRunner", "counted_trials", "default_storage", "free_port",
@@ -71,7 +73,8 @@ class SkipTrial(Exception):
 
 class StudyRunner:
     def __init__(self, space: Space, storage: str, study_name: str, results_dir: Path, reporter: Reporter,
-                 seed: int | None = None, budget_s: float | None = None):
+                 seed: int | None = None, budget_s: float | None = None,
+                 drop_page_cache: Sequence[str] | None = None):
         self.space = space
         self.storage = storage
         self.study_name = study_name
@@ -94,6 +97,7 @@ class StudyRunner:
         self.deadline: float | None = None
         self.estimator = Estimator(space, stored_records(self.study))
         self._free_memory: LocalMemory | None = None
+        self.memory = MemoryGuard(space, reporter.note, drop_page_cache)
         self._known_in_a_row = 0
         self._stopping = False
         self._reference_answers: ReferenceAnswers | None = None
@@ -210,6 +214,14 @@ class StudyRunner:
                 self._run(trial, config, record, trial_dir)  # run
                 self._known_in_a_row = 0
         except TrialFailed as exc:
+            if exc.failure.cause == MEMORY_HELD:  # the machine's memory, not the config: no result, no budget
+                record.state, record.failure, record.command = TrialState.SKIPPED, exc.failure, exc.command
+                trial.set_user_attr(BUDGET_ATTR, False)
+                self._record(trial, record, trial_dir, started)
+                if self.memory.refused_in_a_row >= 2:  # the machine, not the configs: stop, say why
+                    self._stop(f"two starts in a row were refused for memory held elsewhere: {exc.detail}")
+                    self.reporter.note(f"stopping: {self.stop_reason}")
+                raise SkipTrial(exc.failure.detail) from None
             fail(record, exc.failure)
             record.command = record.command or exc.command
             record.log_path = record.log_path or exc.log_path
@@ -269,6 +281,7 @@ class StudyRunner:
                 self.reporter.note(f"stopping: {self.stop_reason}")
                 self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
                 raise SkipTrial(self.stop_reason)
+        self._free_memory = self.memory.before_start(config)  # unified memory: measured before every start
         fit = estimate(self.space, config, self._free_memory)
         if fit is not None and not fit.fits:
             self.reporter.phase(f"not launched: cannot fit ({fit.detail})")
@@ -291,8 +304,10 @@ class StudyRunner:
         specs = [s for s in self.space.curve_specs() if s.name.partition("@")[0] not in beyond]
         points = list(dict.fromkeys(s.name.partition("@")[2] for s in specs))  # in ladder order
         for i, point in enumerate(points):
-            measured = self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
+            def start(point: str = point, i: int = i) -> Measurement:
+                return self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
                                         self.measure_settings(), quality if i == 0 else None, self._roofline(config))
+            measured = retry_if_memory_held(self.memory, config, start, self.reporter.phase) if i == 0 else start()
             if i == 0 and measured.reused_server:
                 self.reporter.phase("reused the running server")
             self._fill(record, measured, first=i == 0)

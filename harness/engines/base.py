@@ -344,6 +344,11 @@ class Engine(ABC):
 
     memory_params: ClassVar[MemoryParams] = MemoryParams()
 
+    def help_args(self) -> tuple[str, ...]:
+        """What, after the engine's command, makes this build print every flag it knows (preflight
+        reads flag names from it: search/preflight.py)."""
+        return ("--help",)
+
     def memory_knobs(self, settings: EngineSettings, flags: Mapping[str, Any]) -> MemoryKnobs:
         """The memory settings of a launch (for the fit check before it starts): which of the space's
         parameters set them is this engine's business, so no caller branches on a dialect."""

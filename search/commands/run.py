@@ -19,6 +19,7 @@ from search.study import StudyRunner
 from search.summary import load_view
 from search.terminal import err, safe
 from search.terminal import out as console
+from search.unified_memory import DROP_PAGE_CACHE
 
 
 class ConsoleReporter:
@@ -94,13 +95,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         for line in dry_run(space, args.dry_run, records):
             print(line)
         return 0
+    if args.preflight or not args.no_preflight:
+        from search.preflight import preflight
+
+        problems = preflight(space, progress=lambda text: err.print(safe(text)) if not args.quiet else None)
+        for line in problems:
+            err.print(f"[red]preflight[/]: {safe(line)}")
+        if problems:
+            err.print(f"preflight: {len(problems)} problem(s); nothing was started")
+            return 2
+        if args.preflight:
+            console.print("preflight: every image, checkpoint path and flag name is fine")
+            return 0
     study_name = args.study or space.name
     results_dir = Path(args.results) / study_name
     storage = args.storage or default_storage(results_dir)
     reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json,
                                maximize=space.m.objectives[0].direction == "maximize")
     runner = StudyRunner(space, storage, study_name, results_dir, reporter, seed=args.seed,
-                         budget_s=args.budget_hours * 3600 if args.budget_hours else None)
+                         budget_s=args.budget_hours * 3600 if args.budget_hours else None,
+                         drop_page_cache=DROP_PAGE_CACHE if args.drop_page_cache else None)
     if args.warm_start:
         from search.warmstart import warm_start
 
@@ -163,4 +177,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                               "worker's identity, so that workers differ)")
     run.add_argument("--dry-run", type=int, nargs="?", const=5, metavar="N",
                      help="print the launches N sampled trials would make (default 5); start nothing")
+    run.add_argument("--drop-page-cache", action="store_true",
+                     help="unified memory: drop the page cache (sync; echo 3 > /proc/sys/vm/drop_caches, as root or "
+                          "through sudo -n) before a start whose memory share the page cache holds")
+    run.add_argument("--preflight", action="store_true",
+                     help="only check that every image, checkpoint path and flag name exists (flags against each "
+                          "engine build's own --help); start nothing")
+    run.add_argument("--no-preflight", action="store_true",
+                     help="skip the preflight that otherwise runs before the first start")
     run.set_defaults(func=cmd_run)
