@@ -2,13 +2,15 @@
 
 One round measures each side once; with `restart` (the default) each side's server is started
 fresh in every round, so a sample is one server session. That is the honest unit: on these
-machines the spread across server starts (~7%) is larger than within one (~2-4%), and two long-lived
-servers can differ by a session effect that a per-request comparison would call a regression.
-A round's value of a metric is the median over that round's repeats; every run's value is kept
-too (`SideResult.runs`, grouped by start), and the verdicts use both the run-to-run and the
-start-to-start noise (search/sequential.py). The order alternates per round (ABBA...), which
-cancels a linear drift. With a `stop` rule (`sequential_stop`) the run ends as soon as every gated
-metric is settled at the plan's error rates, `rounds` being the cap.
+machines the spread across server starts is larger than within one, and two long-lived servers
+can differ by a session effect that a per-request comparison would call a regression. Every run's
+value is kept (`SideResult.runs`, grouped by start), and the verdicts pair round r of A with round r
+of B (search/sequential.py compare_paired: the shared drift of a round cancels). The order
+alternates per round (ABBA...), which cancels a linear drift. With a `stop` rule (`sequential_stop`)
+the run ends as soon as every gated metric is settled at the plan's error rates, `rounds` being the
+cap. The gated metrics share one false-alarm budget (alpha split over them: `family_alpha`).
+Quality is checked on the first QUALITY_STARTS starts of each side. A run stopped by Ctrl-C or
+SIGTERM returns what it measured (`ABRun.interrupted`) so that its partial report is written.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ from typing import Any
 from harness.engines import EngineSettings, ModelChoice
 from harness.failure import Cause, TrialFailed
 from harness.fingerprint import MATERIAL, material_differences
+from harness.launch.reaper import Terminated
 from harness.quality import QualityModel
 from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
 from harness.workloads import WorkloadSpec
 from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
 from search.gate_report import GateReport
-from search.sequential import MIN_STARTS, compare_errors, compare_quality, compare_starts, settled
+from search.sequential import MIN_STARTS, compare_errors, compare_paired, compare_quality, family_alpha, settled
 from search.space import Config, Space
 
 Progress = Callable[[str], None]
+QUALITY_STARTS = 2  # one start's answers cannot tell a lost check from a flaky one
 
 
 def _quiet(_: str) -> None:
@@ -94,7 +98,8 @@ class SideResult:
     runs: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> per start, every counted run
     startup: dict[str, Any] = field(default_factory=dict)  # StartupInfo of the first start
     fingerprint: dict[str, Any] = field(default_factory=dict)
-    quality: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None  # the first start's quality result
+    quality_starts: list[dict[str, Any]] = field(default_factory=list)  # every start's, up to QUALITY_STARTS
     warnings: list[str] = field(default_factory=list)
     placebo: list[str] = field(default_factory=list)
     log_paths: list[str] = field(default_factory=list)
@@ -118,10 +123,12 @@ class ABRun:
     errors: list[str] = field(default_factory=list)
     looks: list[int] = field(default_factory=list)  # the sequential plan: starts per side at each look
     stopped: str = ""  # why a sequential run ended before its cap
+    interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
-                "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped}
+                "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped,
+                "interrupted": self.interrupted}
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -136,7 +143,7 @@ class SequentialPlan:
     max_rounds: int
     min_rounds: int = MIN_STARTS
     min_effect: float = DEFAULT_MIN_EFFECT
-    alpha: float = DEFAULT_ALPHA
+    alpha: float = DEFAULT_ALPHA  # for the whole family of gated metrics together
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -149,7 +156,8 @@ def sequential_stop(plan: SequentialPlan) -> StopRule:
         run.looks = list(plan.looks)
         if run.rounds_done < plan.min_rounds:
             return None
-        verdicts = [verdict_for(run, m, plan.min_effect, plan.alpha, plan.looks) for m in plan.metrics]
+        each = family_alpha(plan.alpha, len(family(run, list(plan.metrics))))
+        verdicts = [verdict_for(run, m, plan.min_effect, each, plan.looks) for m in plan.metrics]
         if all(settled(v) for v in verdicts):
             return (f"settled after {run.rounds_done} rounds: "
                     + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
@@ -169,26 +177,35 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
     run = ABRun(sides["A"][1], sides["B"][1], 0)
     sessions = {key: Session(progress, keep_server=not restart) for key in sides}
     try:
-        for rnd in range(rounds):
-            for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
-                subject, result = sides[key]
-                progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
-                error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
-                                  sessions[key], restart)
-                run.order.append(key)
-                if error:
-                    run.errors.append(error)
-                    return run
-            run.rounds_done = rnd + 1
-            reason = stop(run) if stop is not None else None
-            if reason:
-                run.stopped = reason
-                progress(reason)
-                break
+        _rounds(sides, run, workloads, measure, rounds, work_dir, quality_suite, restart, progress, stop, sessions)
+    except (KeyboardInterrupt, Terminated) as exc:
+        run.interrupted = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        progress(f"{run.interrupted} after {run.rounds_done} complete rounds: writing the partial report")
     finally:
         for session in sessions.values():
             session.close()
     return run
+
+
+def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads: list[WorkloadSpec],
+            measure: MeasureSettings, rounds: int, work_dir: Path, quality_suite: str | None, restart: bool,
+            progress: Progress, stop: StopRule | None, sessions: dict[str, Session]) -> None:
+    for rnd in range(rounds):
+        for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
+            subject, result = sides[key]
+            progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
+            error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
+                              sessions[key], restart)
+            run.order.append(key)
+            if error:
+                run.errors.append(error)
+                return
+        run.rounds_done = rnd + 1
+        reason = stop(run) if stop is not None else None
+        if reason:
+            run.stopped = reason
+            progress(reason)
+            break
 
 
 def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
@@ -198,7 +215,7 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
     log_dir = work_dir / f"{key}-round{rnd + 1:02d}"
     request = RunRequest(subject.settings, subject.model, subject.flags, subject.env, log_dir, fresh=restart)
     quality = (QualityPlan(QualityModel(suite=quality_suite), None, measure.request_timeout_s)
-               if quality_suite and result.quality is None else None)
+               if quality_suite and len(result.quality_starts) < QUALITY_STARTS else None)
     try:
         measured = session.run(request, workloads, measure, quality)
     except LaunchFailed as exc:
@@ -230,7 +247,8 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
         result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
         result.placebo.extend(p for p in wm.placebo if p not in result.placebo)
     if measured.quality is not None:
-        result.quality = measured.quality.to_dict()
+        result.quality_starts.append(measured.quality.to_dict())
+        result.quality = result.quality or result.quality_starts[0]
     return None
 
 
@@ -263,19 +281,20 @@ REPORTED = ("output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50
 def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float = DEFAULT_MIN_EFFECT,
                     alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE) -> GateReport:
     """Verdicts for every gated metric (plus errors) and the usual latency/throughput metrics."""
-    names = list(dict.fromkeys(gated))
+    names = family(run, gated)
     workloads = sorted({m.split(".", 1)[0] for m in run.a.samples if "." in m} - {"startup"})
-    names += [f"{w}.errors" for w in workloads if f"{w}.errors" not in names]
     shown = [f"{w}.{leaf}" for w in workloads for leaf in REPORTED] + ["startup.ready_s"]
     verdicts = []
     looks = tuple(run.looks) or None
+    each = family_alpha(alpha, len(names) + (1 if run.a.quality_starts and run.b.quality_starts else 0))
     for metric in names + [m for m in shown if m not in names]:
         is_gated = metric in names
         if metric not in run.a.samples and metric not in run.b.samples:
             if is_gated and not metric.endswith(".errors"):
-                verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=alpha, confidence=confidence))
+                verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=each, confidence=confidence))
             continue
-        verdicts.append(verdict_for(run, metric, min_effect, alpha, looks, gated=is_gated, confidence=confidence))
+        verdicts.append(verdict_for(run, metric, min_effect, each if is_gated else alpha, looks, gated=is_gated,
+                                    confidence=confidence))
     # A side that never started has no startup log or fingerprint: comparing against its empty ones
     # would list every field as a difference.
     both_started = bool(run.a.fingerprint) and bool(run.b.fingerprint)
@@ -285,22 +304,44 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         failed_sides=[s.failure for s in (run.a, run.b) if s.failure])
     if both_started:
         report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
-    if run.a.quality is not None and run.b.quality is not None:
-        failed_a = {c["name"] for c in run.a.quality.get("checks", []) if not c.get("passed")}
-        failed_b = {c["name"] for c in run.b.quality.get("checks", []) if not c.get("passed")}
-        report.quality = {"suite": run.a.quality.get("suite"), "score_a": run.a.quality.get("score"),
-                          "score_b": run.b.quality.get("score"), "failed_b_only": sorted(failed_b - failed_a)}
-        passed = [{c["name"]: [bool(c.get("passed"))] for c in q.get("checks", [])}
-                  for q in (run.a.quality, run.b.quality)]
-        report.quality["test"] = compare_quality(passed[0], passed[1], alpha)
+    if run.a.quality_starts and run.b.quality_starts:
+        report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
-    how = (f"sequential: looks at {looks[0]}..{looks[-1]} starts per side" if looks and len(looks) > 1
-           else "one look")
+    how = (f"sequential: looks at {looks[0]}..{looks[-1]} rounds" if looks and len(looks) > 1 else "one look")
     report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
-                        f"min effect {100 * min_effect:.1f}%, alpha {alpha}; t test over server starts, {how}"
+                        f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together "
+                        f"({alpha:g}/{max(1, round(alpha / each))} each); paired t test over rounds, {how}"
                         + (f"; {run.stopped}" if run.stopped else ""))
+    if run.interrupted:
+        report.errors.append(f"{run.interrupted} after {run.rounds_done} complete rounds: a partial report "
+                             "(the verdicts are those of the rounds done)")
     return report
+
+
+def family(run: ABRun, gated: list[str]) -> list[str]:
+    """The gated metrics of a run: the ones asked for plus every workload's error rate."""
+    names = list(dict.fromkeys(gated))
+    workloads = sorted({m.split(".", 1)[0] for m in (*run.a.samples, *gated) if "." in m} - {"startup"})
+    return names + [f"{w}.errors" for w in workloads if f"{w}.errors" not in names]
+
+
+def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+    """Quality of both sides over their checked starts, judged by the quality test (McNemar), not by a
+    bare drop in score: a check counts as passed on a side where it passed in most of its starts."""
+    def by_check(starts: list[dict[str, Any]]) -> dict[str, list[bool]]:
+        out: dict[str, list[bool]] = {}
+        for q in starts:
+            for c in q.get("checks", []):
+                out.setdefault(c["name"], []).append(bool(c.get("passed")))
+        return out
+
+    passed_a, passed_b = by_check(starts_a), by_check(starts_b)
+    test = compare_quality(passed_a, passed_b, alpha)
+    scores = [[q.get("score") for q in starts if q.get("score") is not None] for starts in (starts_a, starts_b)]
+    return {"suite": starts_a[0].get("suite"),
+            "score_a": min(scores[0]) if scores[0] else None, "score_b": min(scores[1]) if scores[1] else None,
+            "starts_a": len(starts_a), "starts_b": len(starts_b), "failed_b_only": test["lost"], "test": test}
 
 
 def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks: tuple[int, ...] | None,
@@ -314,10 +355,10 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
             return compare_errors(metric, int(sum(a.samples.get(metric, []))), int(sum(a.samples[req])),
                                   int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated)
     if metric in a.runs and metric in b.runs:
-        return compare_starts(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
+        return compare_paired(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
                               looks=looks, gated=gated)
     if metric == "startup.ready_s" and metric in a.samples and metric in b.samples:
-        return compare_starts(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
+        return compare_paired(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
                               min_effect=min_effect, alpha=alpha, looks=looks, gated=gated)
     return compare(metric, a.samples.get(metric, []), b.samples.get(metric, []), min_effect=min_effect, alpha=alpha,
                    confidence=confidence, gated=gated)

@@ -1,7 +1,14 @@
 """Confirmation before a verdict: the study's top configs and the default, re-measured with fresh
 server starts, interleaved round-robin (each round starts every arm once, in a rotating order, so
-drift and a noisy neighbour hit all arms alike), judged with the gate's start-level statistics
-and stopped as soon as every comparison is settled.
+drift and a noisy neighbour hit all arms alike), judged with the paired sequential test every
+verb uses (each arm's round r against the default's round r: search/sequential.py compare_paired),
+with the false-alarm budget split over the comparisons (one study, one alpha), and stopped as soon
+as every comparison is settled.
+
+The positive control (the default behind a known slowdown) proves what the confirmation can see:
+size it at the smallest effect the study claims to detect (the demo: 10%), not at an effect so
+large that any measurement finds it. The answer states the smallest change each comparison could
+have seen at its measured noise.
 
 The study's answer is the confirmed one: a ratio to the default with its interval, or "no config
 is distinguishable from the default" when that is the truth, or a withheld verdict when programs
@@ -21,9 +28,9 @@ from typing import Any
 from harness.failure import Cause, Failure, TrialFailed
 from harness.hostload import LoadMeter, LoadWindow
 from harness.session import MeasureSettings, RunRequest, Session
-from search.gate import MetricVerdict
+from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord
-from search.sequential import MIN_STARTS, compare_starts, settled
+from search.sequential import MIN_STARTS, compare_paired, family_alpha, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
@@ -102,9 +109,10 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if any(not arm.runs[-1] for arm in arms):
                 break  # an arm failed to start or measure: nothing to compare this round
-            verdicts = {arm.key: compare_starts(objective.metric, arms[0].runs, arm.runs,
-                                                        direction="higher" if objective.direction == "maximize"
-                                                        else "lower", min_effect=min_effect, looks=looks)
+            each = family_alpha(DEFAULT_ALPHA, len(arms) - 1)
+            verdicts = {arm.key: compare_paired(objective.metric, arms[0].runs, arm.runs,
+                                                direction="higher" if objective.direction == "maximize"
+                                                else "lower", min_effect=min_effect, alpha=each, looks=looks)
                         for arm in arms[1:]}
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
@@ -200,7 +208,9 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
         return f"confirmed: #{key} is {_ratio_text(best)} the default" + suffix, int(key)
     if all(v.verdict in ("unchanged", "inconclusive") for v in tops.values()):
-        return "no config is distinguishable from the default; " + "; ".join(lines) + suffix, None
+        seen = max((v.mde for v in tops.values() if math.isfinite(v.mde)), default=math.nan)
+        could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""
+        return "no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix, None
     return "the default stays best; " + "; ".join(lines) + suffix, None
 
 
@@ -215,4 +225,4 @@ def _control_text(arm: Arm, verdict: MetricVerdict | None) -> str:
 def _ratio_text(v: MetricVerdict) -> str:
     if not math.isfinite(v.ratio):
         return "not comparable with"
-    return f"{v.ratio:.2f}x (CI {v.ci_low:.2f}-{v.ci_high:.2f}, {v.n_b} starts)"
+    return f"{v.ratio:.2f}x ({v.level_text} {v.ci_low:.2f}-{v.ci_high:.2f}, {v.n_b} rounds)"

@@ -136,15 +136,29 @@ class MetricVerdict:
     note: str = ""
     samples_a: tuple[float, ...] = ()
     samples_b: tuple[float, ...] = ()
+    level: float = DEFAULT_CONFIDENCE  # the interval's true confidence (1 - p* under sequential looks)
+    mde: float = math.nan  # smallest relative change this comparison had `power` to detect, at its noise
+    paired: bool = False  # judged on within-round differences
 
     @property
     def change_pct(self) -> float:
         return 100.0 * (self.ratio - 1.0)
 
+    @property
+    def level_text(self) -> str:
+        return f"{100 * self.level:.3g}% CI"
+
+    def sensitivity(self) -> str:
+        """What an unchanged or inconclusive answer could have seen: '' for a change found."""
+        if self.verdict in ("regressed", "improved") or not math.isfinite(self.mde):
+            return ""
+        return f"could detect a change of {100 * self.mde:.1f}% or more ({100 * DEFAULT_POWER:.0f}% power)"
+
     def describe(self) -> str:
         ci = f"[{100 * (self.ci_low - 1):+.1f}%, {100 * (self.ci_high - 1):+.1f}%]"
-        return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%, CI {ci}, p={self.p_value:.3g}, "
-                f"n={self.n_a}/{self.n_b})")
+        seen = self.sensitivity()
+        return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%, {self.level_text} {ci}, "
+                f"p={self.p_value:.3g}, n={self.n_a}/{self.n_b}" + (f"; {seen}" if seen else "") + ")")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -31,8 +31,13 @@ class GateReport:
 
     @property
     def quality_regressed(self) -> bool:
-        qa, qb = self.quality.get("score_a"), self.quality.get("score_b")
-        return qa is not None and qb is not None and qb < qa
+        """The quality test's verdict (search/sequential.py compare_quality), never a bare drop in score:
+        one check lost on one side may be noise, and the test says when it is."""
+        return (self.quality.get("test") or {}).get("verdict") == "regressed"
+
+    @property
+    def quality_inconclusive(self) -> bool:
+        return (self.quality.get("test") or {}).get("verdict") == "inconclusive"
 
     @property
     def regressed(self) -> list[MetricVerdict]:
@@ -46,7 +51,7 @@ class GateReport:
     def outcome(self) -> str:
         if self.regressed or self.quality_regressed:
             return "regression"
-        if self.errors or self.inconclusive:
+        if self.errors or self.inconclusive or self.quality_inconclusive:
             return "inconclusive" if not self.errors else "error"
         return "pass"
 
@@ -106,19 +111,26 @@ class GateReport:
                          "not like for like):")
             lines += [f"- `{d}`" for d in self.fingerprint_differences]
             lines.append("")
-        lines += ["| metric | gated | A median | B median | change | 95% CI | p | n A/B | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| metric | gated | A | B | change | interval (its level) | p | n A/B | could detect | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for v in self.verdicts:
-            ci = (f"{100 * (v.ci_low - 1):+.1f}% .. {100 * (v.ci_high - 1):+.1f}%"
+            ci = (f"{100 * (v.ci_low - 1):+.1f}% .. {100 * (v.ci_high - 1):+.1f}% ({100 * v.level:.3g}%)"
                   if math.isfinite(v.ci_low) else "-")
             change = f"{v.change_pct:+.1f}%" if math.isfinite(v.ratio) else "-"
+            mde = f"±{100 * v.mde:.1f}%" if math.isfinite(v.mde) else "-"
             lines.append(f"| {v.metric} | {'yes' if v.gated else 'no'} | {v.median_a:.4g} | {v.median_b:.4g} | "
-                         f"{change} | {ci} | {v.p_value:.3g} | {v.n_a}/{v.n_b} | **{v.verdict}** |")
+                         f"{change} | {ci} | {v.p_value:.3g} | {v.n_a}/{v.n_b} | {mde} | **{v.verdict}** |")
         lines.append("")
+        for v in self.verdicts:
+            if v.gated and v.sensitivity():
+                lines.append(f"- {v.metric} {v.verdict}: {v.sensitivity()}")
         if self.quality:
             qa, qb = self.quality.get("score_a"), self.quality.get("score_b")
-            mark = "regressed" if self.quality_regressed else "ok"
-            lines.append(f"Quality score: A {qa} / B {qb} ({mark})")
+            test = self.quality.get("test") or {}
+            mark = test.get("verdict", "not tested")
+            lines.append(f"Quality score: A {qa} / B {qb}: {mark} (McNemar over {test.get('checks', '?')} checks "
+                         f"on {self.quality.get('starts_a', 1)}/{self.quality.get('starts_b', 1)} starts, "
+                         f"p {test.get('p_value', math.nan):.3g})")
             for name in self.quality.get("failed_b_only", []):
                 lines.append(f"- check `{name}` passes on A and fails on B")
             lines.append("")

@@ -1,25 +1,41 @@
-"""The gate's statistics over server starts, with sequential stopping; error and quality verdicts on rates.
+"""The gate's statistics over server starts, paired by round, with sequential stopping; error and
+quality verdicts on rates.
 
-Unit: a server start. Each start gives several measured runs; the value of a start is the mean of
-its runs' log values, so both noise sources are in it: within a start (run to run) and between
-starts (a new process, its memory layout, its compiled kernels, the machine's state then). A
-two-sample t test on the start values (pooled variance, df = starts - 2) is the exact test of a
-hierarchical normal model with equal runs per start, and it never treats runs of one start as
-independent (they are not: a start effect of a few percent is shared by all its runs).
+Unit: a server start. Each start gives several measured runs; its value is the mean of its runs'
+log values, so both noise sources are in it: within a start (run to run) and between starts (a new
+process, its memory layout, its compiled kernels, the machine's state then).
 
-Sequential: after each interleaved round (one more start per side) the test is repeated. Looking
-many times inflates false alarms, so every look uses one nominal p threshold p* chosen by
-simulation so that the chance of any look crossing it under no change is alpha (a Pocock boundary
-on p values; the t statistic's null distribution does not depend on the unknown variances). The
-interval reported at a look has confidence 1 - p*. A run stops as soon as every gated metric is
-settled (regressed, improved or unchanged) or at the cap.
+Paired by round (`compare_paired`, the test of every verb that interleaves: ab, regress, confirm,
+bisect, nightly). A round starts both sides back to back, in alternating order. On a shared or
+thermally varying machine both sides of a round move with the time of day (a round component of
+~8.6% shared by both arms was measured on the CPU, lag-1 autocorrelation 0.5-0.7): an unpaired test
+counts that shared drift as noise. The within-round difference d_r = log B_r - log A_r removes it;
+the test is a one-sample t test on the d_r (df = rounds - 1), the exact test of a model in which a
+round adds one shared shift to both sides and each start adds its own error (runs averaged in).
+The note splits the spread into its parts: shared by the round (removed), per start, run to run.
+
+Sequential: after each round the test is repeated. Looking many times inflates false alarms, so
+every look uses one nominal p threshold p* chosen by simulation so that the chance of any look
+crossing it under no change is alpha (a Pocock boundary on p values; the t statistic's null
+distribution does not depend on the unknown variances). The thresholds of the usual plans are
+simulated once and stored with the code (search/data/paired_boundaries.json, written by
+`python -m search.sequential`); other plans are simulated on first use. The interval reported at a
+look has confidence 1 - p* and says so (`level`). A run stops as soon as every gated metric is
+settled (regressed, improved or unchanged) or at the cap. Every answer carries the smallest change
+it could have seen (`mde`): an "unchanged" or "inconclusive" is only as strong as that.
+
+`compare_starts` (unpaired, two-sample t over starts) remains for samples that were not measured
+in the same rounds, e.g. a stored baseline against today's measurement.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,6 +55,8 @@ from search.gate import (
 )
 
 MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
+BOUNDARIES = Path(__file__).resolve().parent / "data" / "paired_boundaries.json"
+PAIRED_SIMS = 200_000
 
 
 @lru_cache(maxsize=64)
@@ -60,6 +78,126 @@ def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA,
         t = (xb.mean(axis=1) - xa.mean(axis=1)) / pooled
         min_p = np.minimum(min_p, 2 * special.stdtr(2 * n - 2, -np.abs(t)))
     return float(np.quantile(min_p, alpha))
+
+
+def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
+    return f"{alpha:.6g}|{','.join(map(str, looks))}"
+
+
+@lru_cache(maxsize=1)
+def _stored_boundaries() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())["thresholds"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal((sims, looks[-1]))
+    min_p = np.ones(sims)
+    for n in looks:
+        x = d[:, :n]
+        t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+        min_p = np.minimum(min_p, 2 * special.stdtr(n - 1, -np.abs(t)))
+    return float(np.quantile(min_p, alpha))
+
+
+@lru_cache(maxsize=256)
+def paired_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> float:
+    """Nominal two-sided p threshold of the paired t test looked at after these round counts, with
+    an overall false-alarm probability alpha under no change: the stored table, else simulated
+    (seeded: the same plan always gets the same threshold)."""
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return alpha
+    stored = _stored_boundaries().get(_plan_key(looks, alpha))
+    return stored if stored is not None else _simulate_paired(looks, alpha)
+
+
+def paired_logs(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
+    """(log A, log B) start values of the rounds in which both sides were measured."""
+    out = []
+    for ra, rb in zip(runs_a, runs_b, strict=False):
+        la, lb = start_values([ra]), start_values([rb])
+        if la and lb:
+            out.append((la[0], lb[0]))
+    return out
+
+
+def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]],
+                   direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
+                   alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
+                   looks: Sequence[int] | None = None, gated: bool = True) -> MetricVerdict:
+    """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
+
+    ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
+    smallest change this many rounds detect with `power` at the measured spread of differences."""
+    direction = direction or metric_direction(metric)
+    pairs = paired_logs(runs_a, runs_b)
+    n = len(pairs)
+    la, lb = [a for a, _ in pairs], [b for _, b in pairs]
+    common: dict[str, Any] = dict(metric=metric, direction=direction, min_effect=min_effect, gated=gated,
+                                  samples_a=tuple(math.exp(v) for v in la), samples_b=tuple(math.exp(v) for v in lb),
+                                  n_a=n, n_b=n, paired=True)
+    med_a = math.exp(float(np.mean(la))) if la else math.nan
+    med_b = math.exp(float(np.mean(lb))) if lb else math.nan
+    if n < 2:
+        return MetricVerdict(verdict="inconclusive", median_a=med_a, median_b=med_b, ratio=math.nan, ci_low=math.nan,
+                             ci_high=math.nan, p_value=math.nan, cv=math.nan, repeats_needed=MIN_STARTS,
+                             note="fewer than 2 rounds with both sides measured", **common)
+    diffs = np.array(lb) - np.array(la)
+    d, sd = float(diffs.mean()), float(diffs.std(ddof=1))
+    se = sd / math.sqrt(n)
+    plan = tuple(looks) if looks else (n,)
+    p_star = paired_p_threshold(tuple(sorted(set(plan))), alpha)
+    t_crit = float(special.stdtrit(n - 1, 1 - p_star / 2))
+    no_spread = 1.0 if d == 0 else 0.0
+    p = float(2 * special.stdtr(n - 1, -abs(d) / se)) if se > 0 else no_spread
+    half = t_crit * se
+    ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
+    mde = math.expm1((t_crit + float(special.stdtrit(n - 1, power))) * se)
+    need = rounds_needed(sd, min_effect, p_star, power)
+    verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
+    note = (f"{n} rounds paired x {_runs_per_start(runs_a, runs_b):.2g} runs; {_components(la, lb, runs_a, runs_b)}; "
+            f"threshold p < {p_star:.3g}" + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
+    if verdict == "inconclusive" and need is not None and need > n:
+        note += f"; about {need} rounds would settle a {100 * min_effect:.0f}% change at this noise"
+    return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
+                         p_value=p, cv=sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
+
+
+def _runs_per_start(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> float:
+    counts = [len(r) for r in (*runs_a, *runs_b) if r]
+    return sum(counts) / len(counts) if counts else 0.0
+
+
+def _components(la: list[float], lb: list[float], runs_a: Sequence[Sequence[float]],
+                runs_b: Sequence[Sequence[float]]) -> str:
+    """The spread in words: shared by a round (removed by pairing), per start, run to run."""
+    a, b = np.array(la), np.array(lb)
+    var_diff = float(np.var(b - a, ddof=1)) if a.size > 1 else math.nan
+    var_sum = float(np.var(b + a, ddof=1)) if a.size > 1 else math.nan
+    shared = math.sqrt(max(0.0, (var_sum - var_diff) / 4)) if math.isfinite(var_sum) else math.nan
+    per_start = math.sqrt(var_diff / 2) if math.isfinite(var_diff) else math.nan
+    within = _pool(variance_components(runs_a).sd_within, variance_components(runs_b).sd_within)
+    return (f"spread shared by a round {_pct(shared)} (removed by pairing), per start {_pct(per_start)}, "
+            f"run to run {_pct(within)}")
+
+
+def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, p_threshold: float = DEFAULT_ALPHA,
+                  power: float = DEFAULT_POWER) -> int | None:
+    """Rounds for `power` against a change of min_effect at this spread of within-round differences."""
+    if not math.isfinite(sd_diff):
+        return None
+    z = float(special.ndtri(1 - p_threshold / 2) + special.ndtri(power))
+    return max(MIN_STARTS, math.ceil((z * sd_diff / math.log1p(min_effect)) ** 2) + 1)
+
+
+def family_alpha(alpha: float, gated: int) -> float:
+    """Each gated metric's share of a run's false-alarm budget (Bonferroni): the chance of any false
+    call over all of them together stays at most alpha."""
+    return alpha / max(1, gated)
 
 
 def start_values(runs: Sequence[Sequence[float]]) -> list[float]:
@@ -210,3 +348,25 @@ def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[st
         verdict = "unchanged"
     return {"verdict": verdict, "p_value": p, "lost": lost, "gained": gained, "flaky": flaky,
             "checks": len(names), "threshold": alpha / 2}
+
+
+def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
+    """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
+    table = {}
+    for alpha in alphas:
+        for cap in caps:
+            looks = tuple(range(min(min_rounds, cap), cap + 1))
+            if len(looks) > 1:
+                table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
+    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
+    BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
+                                                "simulated null runs per plan, seed 11 (search/sequential.py)",
+                                      "key": "alpha|looks (rounds at each look)", "thresholds": table}, indent=1))
+    return table
+
+
+if __name__ == "__main__":  # python -m search.sequential: rewrite the stored boundary table
+    from search.gate import DEFAULT_ALPHA as _A
+
+    written = write_boundaries([_A / k for k in range(1, 9)], range(3, 21))
+    print(f"wrote {len(written)} thresholds to {BOUNDARIES}", file=sys.stderr)

@@ -32,9 +32,19 @@ def test_finds_every_first_bad_build(n: int) -> None:
     for k in range(1, n):
         step, probes = drive(n, lambda g, b, _r, k=k: "regressed" if g < k <= b else "unchanged")
         assert (step.outcome, step.first_bad) == ("found", k)
-        # First the whole range, then halving: about log2(n) + 1 probes.
+        # First the whole range, then halving: about log2(n) + 1 probes, and the adjacent pair
+        # (last good, first bad) measured directly before a build is named, if no probe did.
         assert probes[0].build == n - 1
-        assert len(probes) <= n.bit_length() + 1
+        assert len(probes) <= n.bit_length() + 2
+        assert (probes[-1].good, probes[-1].build) == (k - 1, k)
+
+
+def test_a_gradual_drift_is_not_pinned_on_one_build() -> None:
+    # Each build is 2% slower than the one before: against an older reference two steps add up to a
+    # regression, against its neighbour none is one. No single build is to blame.
+    step, probes = drive(6, lambda g, b, _r: "regressed" if b - g >= 2 else "unchanged")
+    assert step.outcome == "inconclusive" and "gradual" in step.note
+    assert any(p.build - p.good == 1 for p in probes)
 
 
 def test_no_regression_is_one_probe() -> None:

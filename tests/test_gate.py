@@ -19,6 +19,7 @@ from search.gate import (
     repeats_needed,
 )
 from search.gate_report import GateReport
+from search.sequential import compare_quality
 
 
 def noisy(median: float, cv: float, n: int, seed: int) -> list[float]:
@@ -149,25 +150,31 @@ def test_claim_on_latency() -> None:
 def _report(b_median: float, quality_b: float = 1.0) -> GateReport:
     v = compare("w.output_tok_s", noisy(75, 0.01, 6, 21), noisy(b_median, 0.01, 6, 22))
     info = compare("w.ttft_p50_s", noisy(0.05, 0.3, 3, 23), noisy(0.05, 0.3, 3, 24), gated=False)
-    return GateReport("regress t", "A", "B", [v, info], quality={"score_a": 1.0, "score_b": quality_b})
+    checks = [f"c{i}" for i in range(10)]
+    passed_b = {c: [i < round(10 * quality_b)] for i, c in enumerate(checks)}
+    test = compare_quality({c: [True] for c in checks}, passed_b)
+    return GateReport("regress t", "A", "B", [v, info],
+                      quality={"score_a": 1.0, "score_b": quality_b, "test": test, "starts_a": 2, "starts_b": 2})
 
 
 def test_exit_codes_follow_gated_verdicts_and_quality() -> None:
     assert _report(75 * 0.8).exit_code() == EXIT_REGRESSION
     assert _report(75.0).exit_code() in (EXIT_PASS, EXIT_INCONCLUSIVE)
     assert _report(75 * 1.2).exit_code() == EXIT_PASS  # the ungated, noisy TTFT does not matter
-    assert _report(75 * 1.2, quality_b=0.5).exit_code() == EXIT_REGRESSION
+    assert _report(75 * 1.2, quality_b=0.1).exit_code() == EXIT_REGRESSION  # 9 of 10 checks lost: the test says so
+    # 5 of 10 lost is not significant at alpha 0.02 (McNemar p 0.03): inconclusive, never a regression by itself
+    assert _report(75 * 1.2, quality_b=0.5).exit_code() == EXIT_INCONCLUSIVE
     broken = _report(75 * 1.2)
     broken.errors.append("B did not start")
     assert broken.exit_code() == EXIT_INCONCLUSIVE and broken.outcome == "error"
 
 
 def test_markdown_and_junit() -> None:
-    report = _report(75 * 0.8, quality_b=0.5)
+    report = _report(75 * 0.8, quality_b=0.1)
     report.fingerprint_differences.append("engine_version: '0.31.0' != '0.32.0'")
     md = report.markdown()
     assert "REGRESSION" in md and "**regressed**" in md and "engine_version" in md
-    assert "Quality score: A 1.0 / B 0.5 (regressed)" in md
+    assert "Quality score: A 1.0 / B 0.1: regressed (McNemar over 10 checks on 2/2 starts" in md
     suite = ET.fromstring(report.junit_xml())
     assert suite.get("failures") == "2"  # throughput and quality
     names = [c.get("name") for c in suite.iter("testcase")]

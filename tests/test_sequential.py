@@ -3,13 +3,20 @@ errors judged as rates, quality as a test on checks, and the stop rule of an int
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
 from search.sequential import (
+    BOUNDARIES,
+    _simulate_paired,
     compare_errors,
+    compare_paired,
     compare_quality,
     compare_starts,
+    paired_p_threshold,
     sequential_p_threshold,
     settled,
 )
@@ -104,7 +111,7 @@ def test_stop_rule_and_report_use_the_same_plan() -> None:
     rng = np.random.default_rng(8)
     plan = SequentialPlan(metrics=(METRIC,), max_rounds=10)
     stop = sequential_stop(plan)
-    a, b = draw(rng, 10, 2, 100.0, 0.01, 0.01), draw(rng, 10, 2, 80.0, 0.01, 0.01)
+    a, b = draw(rng, 10, 2, 100.0, 0.003, 0.003), draw(rng, 10, 2, 80.0, 0.003, 0.003)
     assert stop(abrun(a[:2], b[:2])) is None  # before min_rounds
     run = abrun(a[:3], b[:3])
     reason = stop(run)
@@ -114,3 +121,62 @@ def test_stop_rule_and_report_use_the_same_plan() -> None:
     assert v.verdict == "regressed" and v.n_a == 3 and "looks at 3..10" in v.note
     errors = next(v for v in report.verdicts if v.metric == "w.errors")
     assert errors.verdict == "unchanged" and errors.n_a == 12
+
+
+def drifting_rounds(rng: np.random.Generator, rounds: int, ratio: float, shared: float, per_start: float,
+                    within: float = 0.01, runs: int = 3) -> tuple[list[list[float]], list[list[float]]]:
+    """Both sides measured in the same rounds: a round moves both by one shared shift (the time of
+    day on a shared machine), each start adds its own error, each run its own."""
+    a, b = [], []
+    for _ in range(rounds):
+        shift = rng.normal(0, shared)
+        a.append(list(100.0 * np.exp(shift + rng.normal(0, per_start) + rng.normal(0, within, runs))))
+        b.append(list(100.0 * ratio * np.exp(shift + rng.normal(0, per_start) + rng.normal(0, within, runs))))
+    return a, b
+
+
+def paired_sequential(rng: np.random.Generator, ratio: float, looks: tuple[int, ...], shared: float,
+                      per_start: float, alpha: float = 0.02) -> tuple[str, int]:
+    a, b = drifting_rounds(rng, looks[-1], ratio, shared, per_start)
+    v = None
+    for n in looks:
+        v = compare_paired(METRIC, a[:n], b[:n], looks=looks, alpha=alpha)
+        if settled(v):
+            return v.verdict, n
+    assert v is not None
+    return v.verdict, looks[-1]
+
+
+def test_paired_sequential_false_alarms_stay_at_alpha_over_two_under_drift() -> None:
+    looks = tuple(range(3, 11))
+    rng = np.random.default_rng(21)
+    calls = [paired_sequential(rng, 1.0, looks, shared=0.086, per_start=0.02)[0] for _ in range(1000)]
+    assert calls.count("regressed") / len(calls) <= 0.015  # alpha 0.02 two-sided
+    # the threshold comes from the table stored with the code, and a fresh simulation agrees with it
+    stored = json.loads(BOUNDARIES.read_text())["thresholds"]
+    assert stored["0.02|3,4,5,6,7,8,9,10"] == paired_p_threshold(looks, 0.02)
+    assert paired_p_threshold(looks, 0.02) == pytest.approx(_simulate_paired(looks, 0.02, sims=100_000, seed=3),
+                                                             rel=0.1)
+
+
+def test_pairing_removes_the_drift_that_an_unpaired_test_counts_as_noise() -> None:
+    # The round component measured on the CPU (~8.6%, shared by both arms) swamps a 5% change for a
+    # two-sample test over starts; the within-round difference does not see it.
+    rng = np.random.default_rng(4)
+    found_paired = found_unpaired = 0
+    for _ in range(200):
+        a, b = drifting_rounds(rng, 8, 0.95, shared=0.086, per_start=0.01)
+        found_paired += compare_paired(METRIC, a, b).verdict == "regressed"
+        found_unpaired += compare_starts(METRIC, a, b).verdict == "regressed"
+    assert found_paired / 200 >= 0.9 and found_unpaired / 200 <= 0.3
+
+
+def test_a_paired_verdict_states_its_level_and_what_it_could_see() -> None:
+    rng = np.random.default_rng(2)
+    a, b = drifting_rounds(rng, 6, 1.0, shared=0.05, per_start=0.01)
+    v = compare_paired(METRIC, a, b, looks=tuple(range(3, 7)))
+    assert v.paired and v.n_a == 6 and v.level > 0.98  # 1 - p*, not a nominal 95%
+    assert 0 < v.mde < 0.1 and "could detect" in v.describe() and "CI" in v.describe()
+    assert "shared by a round" in v.note and "removed by pairing" in v.note
+    five = compare_paired(METRIC, *drifting_rounds(rng, 6, 0.9, shared=0.05, per_start=0.005))
+    assert five.verdict == "regressed" and five.sensitivity() == ""

@@ -4,12 +4,17 @@
         --metric four_streams.output_tok_s --out results/bisect-x
 
 Builds are ordered oldest first; the first is taken as good. Each probe is an interleaved A/B
-(search.ab.run_interleaved) of a build against the last build found good, judged by the gate
-(search.gate.compare) on one metric. The first probe is the last build (is there a regression in
-the range at all?); then the usual halving. A probe the gate calls inconclusive is measured
-further, `--rounds` more at a time up to `--max-rounds` per side; if it stays inconclusive it is
-set aside and the search goes on around it, and the answer is the narrowest range that can be
-stated. A build that does not start is skipped the same way.
+(search.ab.run_interleaved) of a build against the last build found good, judged by the paired
+sequential test every verb uses (search.sequential.compare_paired, rounds paired) on one metric,
+with the looks a probe can have (after --rounds, 2x --rounds, ... up to --max-rounds) in its
+boundary. The question is one-sided (did this build regress by the threshold?): a probe whose
+interval excludes that regression is good. The first probe is the last build (is there a
+regression in the range at all?); then the usual halving. A probe that stays inconclusive at the
+cap is set aside and the search goes on around it; the answer is the narrowest range that can be
+stated. A build that does not start is skipped the same way; where the known-good side is the one
+that failed, the probe says so. Before a build is named, the adjacent pair (last good, first bad)
+is measured directly if no probe compared exactly those two: a regression that only shows against
+an older reference (a gradual drift) is reported as such, not pinned on one build.
 
 Resumable: every finished (or extended) probe is written to the state file (default
 OUT/bisect-state.json) with its raw samples; the same command again continues where it stopped.
@@ -41,10 +46,10 @@ from search.gate import (
     EXIT_REGRESSION,
     MetricVerdict,
     compare,
-    min_rounds_for_alpha,
     sorted_gain,
 )
 from search.results import read_json, write_json_atomic
+from search.sequential import MIN_STARTS, compare_paired
 from search.terminal import make_console
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
@@ -62,6 +67,8 @@ class Probe:
     final: bool = False  # no more rounds will be added
     samples_a: list[float] = field(default_factory=list)
     samples_b: list[float] = field(default_factory=list)
+    runs_a: list[list[float]] = field(default_factory=list)  # per round (start): every run's value
+    runs_b: list[list[float]] = field(default_factory=list)
     change_pct: float = math.nan
     ci_low_pct: float = math.nan
     ci_high_pct: float = math.nan
@@ -82,6 +89,7 @@ class Step:
     outcome: str = ""  # "found" | "none" | "inconclusive"
     first_bad: int | None = None
     range_: tuple[int, int] | None = None  # inclusive indices the first bad build lies within
+    note: str = ""
 
 
 def next_step(n: int, probes: list[Probe], rounds: int, max_rounds: int) -> Step:
@@ -109,9 +117,16 @@ def next_step(n: int, probes: list[Probe], rounds: int, max_rounds: int) -> Step
         if any(p.build == n - 1 and p.verdict in GOOD for p in probes):
             return Step("done", outcome="none")
         return Step("done", outcome="inconclusive", range_=(1, n - 1))
+    adjacent = [p for p in probes if p.good == hi - 1 and p.build == hi and p.final]
+    if adjacent and adjacent[-1].verdict in GOOD:
+        return Step("done", outcome="inconclusive", range_=(hi, hi),
+                    note=f"build {hi} regressed against an older good build but not against build {hi - 1}: "
+                         "a gradual drift over several builds, not one build's step")
     candidates = [i for i in range(lo + 1, hi) if i not in set_aside]
     if not candidates:
         if hi == lo + 1:
+            if not any(p.verdict == "regressed" for p in adjacent):
+                return Step("measure", lo, hi, rounds)  # confirm the adjacent pair before naming it
             return Step("done", outcome="found", first_bad=hi, range_=(hi, hi))
         return Step("done", outcome="inconclusive", range_=(lo + 1, hi))
     middle = (lo + hi) / 2
@@ -175,22 +190,43 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
                                request_timeout_s=m.request_timeout_s, policy=m.policy(metric.rsplit(".", 1)[-1]))
     run = run_interleaved(a, b, workloads, settings, extra_rounds, logs,
                           None, restart=not args.keep_servers, progress=_progress(args.quiet))
-    probe.samples_a += run.a.samples.get(metric, [])
-    probe.samples_b += run.b.samples.get(metric, [])
-    probe.rounds += run.rounds_done
+    done = run.rounds_done  # a round cut by Ctrl-C or a failed start has one side only: left out
+    probe.samples_a += run.a.samples.get(metric, [])[:done]
+    probe.samples_b += run.b.samples.get(metric, [])[:done]
+    probe.runs_a += run.a.runs.get(metric, [])[:done]
+    probe.runs_b += run.b.runs.get(metric, [])[:done]
+    probe.rounds += done
+    if run.interrupted:
+        probe.note = f"{run.interrupted} during round {done + 1}: {probe.rounds} rounds kept"
+        raise KeyboardInterrupt(run.interrupted)
     for side, fp, build in (("a", run.a.fingerprint, good), ("b", run.b.fingerprint, probed)):
         if fp and not getattr(probe, f"fingerprint_{side}"):
             setattr(probe, f"fingerprint_{side}", {**fp, "build": build.fingerprint_fields()})
     if run.errors:
         probe.verdict, probe.final, probe.note = "error", True, "; ".join(run.errors)[:500]
+        if run.a.failure:  # the reference failed, not the probed build: say so
+            probe.note = (f"the known-good build {good.spec.name} failed to start ({run.a.failure.get('cause')}: "
+                          f"{run.a.failure.get('line')}); nothing is known about {probed.spec.name}")[:500]
         return probe
-    return judge_probe(probe, metric, args.min_effect, args.alpha, args.max_rounds)
+    return judge_probe(probe, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds)
 
 
-def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_rounds: int) -> Probe:
+def probe_looks(rounds: int, max_rounds: int) -> tuple[int, ...]:
+    """The rounds at which a probe can be judged: after each extension of `rounds`, up to the cap."""
+    looks = sorted({min(max_rounds, k) for k in range(rounds, max_rounds + rounds, rounds)})
+    return tuple(n for n in looks if n >= min(MIN_STARTS, max_rounds))
+
+
+def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_rounds: int,
+                rounds: int | None = None) -> Probe:
     """The probe's verdict from its samples (also re-run on resume, so that a state written by an
-    older rule is judged by the current one)."""
-    v = compare(metric, probe.samples_a, probe.samples_b, min_effect=min_effect, alpha=alpha)
+    older rule is judged by the current one). Paired by round with the probe's looks in the
+    boundary; a state from before runs were kept per round is judged unpaired on its samples."""
+    if probe.runs_a and probe.runs_b:
+        v = compare_paired(metric, probe.runs_a, probe.runs_b, min_effect=min_effect, alpha=alpha,
+                           looks=probe_looks(rounds or probe.rounds, max_rounds))
+    else:
+        v = compare(metric, probe.samples_a, probe.samples_b, min_effect=min_effect, alpha=alpha)
     probe.verdict, probe.note, probe.p_value = bisect_verdict(v), v.note, v.p_value
     if probe.verdict == "not regressed":
         probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
@@ -222,8 +258,8 @@ def _state_key(specs: list[BuildSpec], src_text: str, metric: str, args: argpars
 def cmd_bisect(args: argparse.Namespace) -> int:
     src = resolve_source(args.source, parse_assignments(args.set))
     specs = builds_from_args(args)
-    # Fewer rounds than this can never reach p < alpha: every probe would stay inconclusive.
-    args.rounds = args.rounds or min_rounds_for_alpha(args.alpha)
+    # A paired test needs a few rounds for its spread to mean anything (df = rounds - 1).
+    args.rounds = args.rounds or MIN_STARTS + 1
     args.max_rounds = max(args.max_rounds or 3 * args.rounds, args.rounds)
     metric = args.metric or (src.baseline.gated_metrics()[0] if src.baseline else src.space.m.objectives[0].metric)
     workload = metric.split(".", 1)[0] if args.only_metric_workload else None
@@ -240,7 +276,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         probes = [Probe(**p) for p in state.get("probes", [])]
         for p in probes:
             if p.verdict != "error" and p.samples_a and p.samples_b:
-                judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds)
+                judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds)
         err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
     show = _progress(args.quiet)
     builds: dict[int, Build] = {}
@@ -266,7 +302,14 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         except (BuildError, ValueError) as exc:
             probe.verdict, probe.final, probe.note = "error", True, f"build failed: {exc}"[:500]
             continue
-        measure_probe(src, pair[0], pair[1], probe, step.rounds, metric, workload, args, out / "logs")
+        try:
+            measure_probe(src, pair[0], pair[1], probe, step.rounds, metric, workload, args, out / "logs")
+        except KeyboardInterrupt as exc:
+            _save(state_path, key, probes, step, specs)
+            text = render(specs, probes, step, metric, args.min_effect, interrupted=str(exc) or "interrupted")
+            (out / "bisect.md").write_text(text)
+            print(text)
+            return 143 if str(exc) == "terminated" else 130
     text = render(specs, probes, step, metric, args.min_effect)
     (out / "bisect.md").write_text(text)
     print(text)
@@ -288,10 +331,11 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else math.nan
 
 
-def render(specs: list[BuildSpec], probes: list[Probe], step: Step, metric: str, min_effect: float) -> str:
+def render(specs: list[BuildSpec], probes: list[Probe], step: Step, metric: str, min_effect: float,
+           interrupted: str = "") -> str:
     """The probe table and the answer, as Markdown."""
     lines = [f"## bisect on `{metric}` (threshold {100 * min_effect:.1f}%)", "",
-             "| # | good (A) | probe (B) | rounds | A median | B median | change | 95% CI | p | verdict |",
+             "| # | good (A) | probe (B) | rounds | A median | B median | change | interval | p | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for i, p in enumerate(probes, 1):
         ci = f"{_fmt(p.ci_low_pct)} .. {_fmt(p.ci_high_pct)}" if math.isfinite(p.ci_low_pct) else "-"
@@ -299,7 +343,12 @@ def render(specs: list[BuildSpec], probes: list[Probe], step: Step, metric: str,
                      f"{_fmt(_median(p.samples_a), False)} | {_fmt(_median(p.samples_b), False)} | "
                      f"{_fmt(p.change_pct)} | {ci} | {_fmt(p.p_value, False)} | **{p.verdict}** |")
     lines.append("")
-    if step.outcome == "found" and step.first_bad is not None:
+    if interrupted:
+        lines.append(f"**Stopped ({interrupted})** before an answer: the probes so far are above and in the state "
+                     "file; the same command resumes.")
+    elif step.kind == "measure":
+        lines.append("**Not finished**: the next probe is pending.")
+    elif step.outcome == "found" and step.first_bad is not None:
         lines.append(f"**First regressed build: `{specs[step.first_bad].name}`** (index {step.first_bad}; "
                      f"the build before it, `{specs[step.first_bad - 1].name}`, is good).")
     elif step.outcome == "none":
@@ -309,7 +358,8 @@ def render(specs: list[BuildSpec], probes: list[Probe], step: Step, metric: str,
         lo, hi = step.range_ or (1, len(specs) - 1)
         names = ", ".join(f"`{s.name}`" for s in specs[lo:hi + 1])
         lines.append(f"**Inconclusive**: the first regressed build, if any, is one of {names} "
-                     "(probes there stayed inconclusive at the round cap, or did not run).")
+                     + (f"({step.note})." if step.note else
+                        "(probes there stayed inconclusive at the round cap, or did not run)."))
     for i, p in enumerate(probes, 1):
         if p.note:
             lines.append(f"- probe {i}: {p.note}")
@@ -330,8 +380,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--metric", help="the metric to bisect (default: the baseline's first gated metric)")
     p.add_argument("--only-metric-workload", action="store_true",
                    help="measure only the workload the metric belongs to (cheaper)")
-    p.add_argument("--rounds", type=int, help="rounds per side per probe (default: the fewest that can reach "
-                                              "p < alpha, 5 at alpha 0.02)")
+    p.add_argument("--rounds", type=int, help="rounds per side per probe before its first look (default 4)")
     p.add_argument("--max-rounds", type=int, help="cap on rounds per side for an inconclusive probe "
                                                   "(default 3x --rounds)")
     p.add_argument("--keep-servers", action="store_true",

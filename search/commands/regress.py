@@ -242,6 +242,14 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
     work.mkdir(parents=True, exist_ok=True)
     workloads = space.workload_specs(dict(a.request))
+    chosen = getattr(args, "workload", None)
+    if chosen:  # one workload measured and gated: a round of a 12-minute start is then minutes, not an hour
+        names = sorted({w.name.partition("@")[0] for w in workloads})
+        if chosen not in names:
+            raise ValueError(f"--workload {chosen!r}: not one of {', '.join(names)}")
+        workloads = [w for w in workloads if w.name.partition("@")[0] == chosen]
+        gated = [g for g in gated if g.partition(".")[0].partition("@")[0] == chosen] or \
+            [f"{chosen}.{g.rpartition('.')[2]}" for g in gated]
     # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
     # side), with the sequential boundary that keeps the false-alarm rate at alpha over all looks.
     plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha)
@@ -257,6 +265,8 @@ def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dic
         print(json.dumps(report.to_dict(), default=str))
     else:
         print(report.markdown())
+    if run.interrupted:  # the partial report is written; the exit says how the run ended
+        return 143 if run.interrupted == "terminated" else 130
     return report.exit_code()
 
 
@@ -327,7 +337,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-effect", type=float, default=None if p.prog.endswith("regress") else DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that matters (default {DEFAULT_MIN_EFFECT})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help=f"significance level of the two-sided Mann-Whitney test (default {DEFAULT_ALPHA})")
+                   help=f"false-alarm rate of the whole run, all gated metrics together, two-sided "
+                        f"(default {DEFAULT_ALPHA}: at most 1%% false 'regressed')")
     p.add_argument("--metric", action="append", help="also gate this metric, e.g. single.ttft_p50_s (repeatable)")
     p.add_argument("--keep-servers", action="store_true",
                    help="start each side once and alternate runs (faster; a per-server session effect "
@@ -379,6 +390,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cand.add_argument("--candidate-flag", action="append", metavar="KEY=VALUE", help="a flag set differently")
     reg.add_argument("--baseline-build", help="the baseline side's build (default: the engine command the "
                                               "baseline names)")
+    reg.add_argument("--workload", help="measure and gate this workload only (default: every workload)")
     reg.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
     reg.add_argument("--no-history", action="store_true", help="do not append this result to the history")
     _common(reg)
@@ -398,7 +410,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ab.add_argument(f"--{key}-image", help=f"{key.upper()}'s container image")
     ab.add_argument("--claim", action="append", help="a claimed change of B over A, e.g. '+24%% tok/s', '1.93x', "
                                                      "'-10%% ttft' (repeatable)")
-    ab.add_argument("--workload", help="the workload a claim is about (default: the first)")
+    ab.add_argument("--workload", help="measure and gate this workload only; claims are about it (default: every "
+                                       "workload measured, claims about the first)")
     ab.add_argument("--build-anyway", action="store_true",
                     help="build and measure B even when the base run's log lacks a claim's prerequisite")
     _common(ab)
