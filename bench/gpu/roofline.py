@@ -1,9 +1,9 @@
-"""GPU validation helpers, run on the device machine by bench/gpu/run.sh.
+"""The memory-bandwidth roofline of a GPU search, run on the device machine by bench/gpu/run.sh.
 
-    python3 bench/gpu/summarize.py bandwidth                      # device copy bandwidth, JSON
-    python3 bench/gpu/summarize.py table RESULTS --model M.gguf --bandwidth B.json --out DIR
+    python3 -m bench.gpu bandwidth                      # device copy bandwidth, JSON
+    python3 -m bench.gpu roofline RESULTS --model M.gguf --bandwidth B.json --out DIR
 
-`table` reads every trial's result.json of a `search run` results folder and prints a Markdown
+`roofline` reads every trial's result.json of a `search run` results folder and prints a Markdown
 table with the memory-bandwidth roofline: one decode step reads every weight except the token
 embedding (a single row of it), so ceiling steps/s = copy bandwidth / those bytes. KV-cache
 reads are left out, so the ceiling is optimistic and the percentage conservative.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -103,22 +102,19 @@ def table(results: Path, model: Path, bw_file: Path, out: Path | None) -> str:
     return text
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.gpu")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("bandwidth")
-    t = sub.add_parser("table")
+    t = sub.add_parser("roofline")
     t.add_argument("results", type=Path)
     t.add_argument("--model", type=Path, required=True)
     t.add_argument("--bandwidth", type=Path, required=True)
     t.add_argument("--out", type=Path)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.cmd == "bandwidth":
         print(json.dumps(bandwidth()))
     else:
         print(table(a.results, a.model, a.bandwidth, a.out))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

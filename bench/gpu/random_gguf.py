@@ -5,9 +5,9 @@ memory-bandwidth roofline are real. The vocabulary is SentencePiece-style with b
 (256 byte tokens) plus ChatML control tokens and filler pieces up to `--vocab`, so llama-server
 can tokenize any text and apply a chat template.
 
-    python3 bench/gpu/make_random_gguf.py OUT.gguf                   # ~1.1B, 2.2 GB, ~30 s
-    python3 bench/gpu/make_random_gguf.py OUT.gguf --hidden 64 --layers 2 --ffn 128 --heads 4 --kv-heads 2
-    python3 bench/gpu/make_random_gguf.py OUT.gguf --hidden 4096 --layers 32 --ffn 14336 --kv-heads 8 --pool
+    python3 -m bench.gpu gguf OUT.gguf                   # ~1.1B, 2.2 GB, ~30 s
+    python3 -m bench.gpu gguf OUT.gguf --hidden 64 --layers 2 --ffn 128 --heads 4 --kv-heads 2
+    python3 -m bench.gpu gguf OUT.gguf --hidden 4096 --layers 32 --ffn 14336 --kv-heads 8 --pool
                                      # Mistral-7B's shape: 7.24B params, 14.5 GB, written in seconds
 
 --pool cuts every weight from one shared random buffer (256 MiB of f16) at a random offset instead
@@ -43,8 +43,8 @@ def vocab(size: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.gpu gguf", description=__doc__.splitlines()[0])
     p.add_argument("out")
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--layers", type=int, default=22)
@@ -55,7 +55,7 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=8192)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pool", action="store_true", help="cut weights from one shared random buffer (fast)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     t0 = time.time()
     rng = np.random.default_rng(a.seed)
     head_dim = a.hidden // a.heads
@@ -120,6 +120,3 @@ def main() -> None:
     writer.close()
     print(f"wrote {a.out}: {n_params / 1e9:.3f} B params in {time.time() - t0:.1f} s")
 
-
-if __name__ == "__main__":
-    main()
