@@ -218,6 +218,9 @@ class Measurement:
     workloads: dict[str, WorkloadMeasurement] = field(default_factory=dict)
     quality: Any = None  # harness.quality.QualityResult | None
     dialect: str = ""
+    # Where the server answers; it stays there while the session keeps it (keep_server), so that a
+    # caller can point another client at the very server it measured (bench.external).
+    base_url: str = ""
 
 
 class ServerPool:
@@ -316,7 +319,7 @@ class Session:
         result = Measurement(command=running.command, env=dict(running.spec.env), log_path=str(running.server.log_path),
                              ready_s=0.0 if reused else running.ready_s, reused_server=reused,
                              startup=running.startup, fingerprint=running.fingerprint,
-                             dialect=running.engine.dialect)
+                             dialect=running.engine.dialect, base_url=running.base_url)
         try:
             result.workloads = self._measure(running, workloads, measure, roofline, result)
             if quality is not None and running.alive():
