@@ -128,12 +128,17 @@ def parse_aiperf(data: dict[str, Any]) -> dict[str, float]:
 
 # ---- GuideLLM (benchmarks.json) --------------------------------------------------------------
 
-_GUIDELLM = (("time_to_first_token_ms", "ttft", 0.001), ("inter_token_latency_ms", "itl", 0.001),
-             ("time_per_output_token_ms", "tpot", 0.001), ("request_latency", "e2e", 1.0))
+# GuideLLM 0.8.1 (schemas/base/request_stats.py): inter_token_latency_ms is per request
+# (last token - first token) / (out - 1): our TPOT. Its time_per_output_token_ms is
+# (last token - request start) / out, the first token's wait included: not ours, left out; and it
+# reports no gaps between streamed chunks (our ITL).
+_GUIDELLM = (("time_to_first_token_ms", "ttft", 0.001), ("inter_token_latency_ms", "tpot", 0.001),
+             ("request_latency", "e2e", 1.0))
 
 
 def parse_guidellm(data: dict[str, Any]) -> dict[str, float]:
-    """GuideLLM's report: `benchmarks[0].metrics.<name>.successful.{mean, median, percentiles}`."""
+    """GuideLLM's report: `benchmarks[0].metrics.<name>.successful.{mean, median, percentiles}`,
+    `metrics.request_totals` counts, and per request `benchmarks[0].requests.successful[]`."""
     bench = (data.get("benchmarks") or [{}])[0]
     metrics = bench.get("metrics") or {}
 
@@ -159,6 +164,21 @@ def parse_guidellm(data: dict[str, Any]) -> dict[str, float]:
     _put(m, "output_tokens", dist("output_token_count").get("total_sum"))
     _put(m, "prompt_tokens", dist("prompt_token_count").get("total_sum"))
     _put(m, "duration_s", bench.get("duration"))
+    # Per request, as the built-in client: decode speed after the first token, and tokens over the
+    # whole stream (the first token's wait included).
+    requests = bench.get("requests")
+    done = (requests.get("successful") or []) if isinstance(requests, dict) else []
+    decode, stream = [], []
+    for r in done:
+        n, ttft, gap = r.get("output_tokens"), r.get("time_to_first_token_ms"), r.get("inter_token_latency_ms")
+        if isinstance(n, int) and n > 1 and isinstance(gap, (int, float)) and gap > 0:
+            decode.append(1000.0 / gap)
+            if isinstance(ttft, (int, float)):
+                stream.append(n / ((ttft + (n - 1) * gap) / 1000.0))
+    if decode:
+        m["stream_decode_tok_s"] = percentile(decode, 50) or 0.0
+    if stream:
+        m["stream_tok_s"] = percentile(stream, 50) or 0.0
     return m
 
 
