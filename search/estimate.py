@@ -13,6 +13,17 @@ A workload pass is timed from its token counts: each stream sends its requests b
 c concurrent streams a stream decodes at decode / sqrt(c) (the documents' DGX Spark: 4 short streams
 gave 63.86 tok/s aggregate vs ~31 for one, about 2x = sqrt(4)) and prefills at prefill / c.
 
+A study is more than its trials (`Estimator.study`, printed as a range):
+- warm-up: a workload is warmed up until two runs agree, at most `measure.max_warmups` runs: one
+  warm-up run at best, max_warmups at worst;
+- failed starts: a config that does not start costs its start, not a trial (the study's own rate
+  once 3 trials ran; assumed ASSUMED_FAIL_RATE before);
+- hung starts: a server that never gets ready costs the engine's `ready_timeout_s` (the study's
+  own rate of timeouts; assumed ASSUMED_HANG_RATE before);
+- confirmation: the top configs, the default and the controls re-measured on fresh starts (start +
+  the objective's workload), 3 rounds at least, `confirm.max_rounds` at most.
+`search run --budget-hours` starts a trial only when it and the shortest confirmation still fit.
+
 The study loop updates the estimate from each finished trial:
 
     est = Estimator(space, records)          # records: the study's finished TrialRecords, if any
@@ -35,6 +46,11 @@ ASSUMED_START_S = 120.0
 ASSUMED_ROOFLINE_SHARE = 0.5
 ASSUMED_PREFILL_PER_DECODE = 40.0
 ASSUMED_DECODE_TOK_S = 20.0  # no device bandwidth or model size stated
+ASSUMED_FAIL_RATE = 0.2  # new configs that fail to start, before the study has measured its own
+ASSUMED_HANG_RATE = 0.05  # starts that hang until ready_timeout_s, likewise
+MIN_CONFIRM_ROUNDS = 3  # the sequential test's minimum (search/sequential.py MIN_STARTS)
+# Failures that cost no start of that config (rejected before launch, the machine's memory, Ctrl-C).
+_NOT_A_START = ("wont_fit", "rejected_value", "memory_held", "interrupted", "internal_error")
 _SHORT_PROMPT_TOKENS = 100  # a short item's prompt, chat template included (upper bound)
 
 
@@ -81,17 +97,48 @@ def workload_pass_s(spec: WorkloadSpec, decode: float, prefill: float, timeout_s
     return max(per_stream)
 
 
+@dataclass(frozen=True)
+class StudyCost:
+    """A study's wall time as a range (seconds) and the parts that make it."""
+
+    trials: int
+    trials_s: float  # every trial measured, one warm-up run per workload
+    warmup_extra_s: float  # every workload needing max_warmups runs to agree (high end only)
+    fail_rate: float
+    fail_source: str
+    failed_saving_s: float  # failed starts cost a start, not a trial (low end)
+    hang_rate: float
+    hung_extra_s: float  # hung starts wait ready_timeout_s (high end)
+    confirm_s: tuple[float, float]  # (MIN_CONFIRM_ROUNDS, max_rounds) rounds; (0, 0) without
+    arms: int
+
+    @property
+    def low_s(self) -> float:
+        return self.trials_s - self.failed_saving_s + self.confirm_s[0]
+
+    @property
+    def high_s(self) -> float:
+        return self.trials_s + self.warmup_extra_s + self.hung_extra_s + self.confirm_s[1]
+
+
 class Estimator:
     def __init__(self, space: Space, records: Iterable[TrialRecord] = ()):
         self.space = space
         self._starts: dict[str, list[float]] = {}
         self._measures: dict[str, list[float]] = {}
+        self._outcomes: list[str] = []  # "ok", "failed", "hung": for the study's own failure rates
         for record in records:
             self.observe(record)
 
     def observe(self, record: TrialRecord) -> None:
         """Learn from a finished trial: its start (unless a running server was reused) and the rest
-        of its wall time. Failed starts teach nothing about a measured trial and are left out."""
+        of its wall time. Failed starts teach nothing about a measured trial and are left out (they
+        count in the study's failure and hang rates)."""
+        if record.failure is not None and record.failure.duplicate_of is None \
+                and record.failure.cause not in _NOT_A_START:
+            self._outcomes.append("hung" if record.failure.cause == "timeout" else "failed")
+        elif record.failure is None and record.wall_s is not None:
+            self._outcomes.append("ok")
         if record.failure is not None or record.ready_s is None or record.wall_s is None:
             return
         if not record.reused_server:
@@ -156,12 +203,85 @@ class Estimator:
     def remaining_s(self, trials_left: int) -> float:
         return max(0, trials_left) * self.trial_s()
 
+    def _failure_rates(self) -> tuple[float, float, str]:
+        """(failed-start rate, hung-start rate, where they come from)."""
+        n = len(self._outcomes)
+        if n >= 3:
+            return (self._outcomes.count("failed") / n, self._outcomes.count("hung") / n,
+                    f"measured over {n} trials")
+        return ASSUMED_FAIL_RATE, ASSUMED_HANG_RATE, "assumed"
+
+    def _mean(self, per_engine: dict[str, float]) -> float:
+        return sum(per_engine.values()) / len(per_engine)
+
+    def confirmation_start_s(self) -> float:
+        """One fresh start of a confirmation arm: the start and the objective's workload, measured."""
+        workload = self.space.m.objectives[0].metric.split(".", 1)[0].split("@", 1)[0]
+        m = self.space.m.measure
+        passes = m.repeats + (1 if m.warmup else 0)
+        out = {}
+        for engine in self.space.m.engines:
+            cost = self.engine_cost(engine)
+            specs = [s for s in self.space.workload_specs() if s.name == workload]
+            measure = passes * sum(workload_pass_s(s, cost.decode_tok_s, cost.prefill_tok_s, m.request_timeout_s)
+                                   for s in specs)
+            out[engine] = cost.start.seconds + measure
+        return self._mean(out)
+
+    def confirmation_s(self) -> tuple[float, float]:
+        """(shortest, longest) confirmation: every arm a fresh start each round."""
+        confirm = self.space.m.confirm
+        if not confirm.top_k:
+            return 0.0, 0.0
+        arms = 1 + confirm.top_k + len(confirm.controls)
+        one = arms * self.confirmation_start_s()
+        return MIN_CONFIRM_ROUNDS * one, max(MIN_CONFIRM_ROUNDS, confirm.max_rounds) * one
+
+    def needed_s(self, engine: str) -> float:
+        """What starting one more trial commits the time budget to: the trial and the shortest
+        confirmation after it."""
+        return self.trial_s(engine) + self.confirmation_s()[0]
+
+    def study(self, trials: int) -> StudyCost:
+        engines = list(self.space.m.engines)
+        m = self.space.m.measure
+        costs = {e: self.engine_cost(e) for e in engines}
+        trial = self._mean({e: c.trial_s for e, c in costs.items()})
+        start = self._mean({e: c.start.seconds for e, c in costs.items()})
+        timeout = self._mean({e: self.space.m.engines[e].ready_timeout_s for e in engines})
+        passes = m.repeats + (1 if m.warmup else 0)
+        measure = self._mean({e: c.measure.seconds for e, c in costs.items()})
+        extra_warmups = max(0, m.max_warmups - 1) if m.warmup else 0
+        fail, hang, source = self._failure_rates()
+        return StudyCost(
+            trials=trials, trials_s=trials * trial,
+            warmup_extra_s=trials * measure * extra_warmups / passes,
+            fail_rate=fail, fail_source=source, failed_saving_s=trials * fail * (trial - start),
+            hang_rate=hang, hung_extra_s=trials * hang * max(0.0, timeout - start),
+            confirm_s=self.confirmation_s(), arms=1 + self.space.m.confirm.top_k + len(self.space.m.confirm.controls))
+
     def lines(self, trials: int) -> list[str]:
-        """The estimate as text: per engine, then the study."""
+        """The estimate as text: per engine, then the study as a range."""
         out = ["# time estimate, per trial = start + (warmup + repeats) x workloads + quality:"]
         out += ["#   " + self.engine_cost(e).line() for e in self.space.m.engines]
         longest, where = longest_request(self.space)
         out.append(f"#   longest request: {longest} tokens ({where})")
-        total = self.remaining_s(trials)
-        out.append(f"# study of {trials} trials (engines drawn evenly): ~{total / 3600:.1f} h")
+        c = self.study(trials)
+        h = 3600.0
+        out.append(f"# study of {trials} trials (engines drawn evenly), then confirmation:")
+        out.append(f"#   trials: {c.trials_s / h:.1f} h with every config measured (one warm-up run per workload)")
+        out.append(f"#   warm-up: up to +{c.warmup_extra_s / h:.1f} h when runs need all "
+                   f"{self.space.m.measure.max_warmups} warm-up runs to agree")
+        out.append(f"#   failed starts: {c.fail_rate:.0%} ({c.fail_source}) end at the start: "
+                   f"-{c.failed_saving_s / h:.1f} h")
+        out.append(f"#   hung starts: {c.hang_rate:.0%} ({c.fail_source}) wait for the ready timeout: "
+                   f"+{c.hung_extra_s / h:.1f} h")
+        if c.confirm_s[1]:
+            out.append(f"#   confirmation: {c.arms} arms (top {self.space.m.confirm.top_k}, the default, "
+                       f"{len(self.space.m.confirm.controls)} controls) x {MIN_CONFIRM_ROUNDS}-"
+                       f"{max(MIN_CONFIRM_ROUNDS, self.space.m.confirm.max_rounds)} rounds of fresh starts: "
+                       f"{c.confirm_s[0] / h:.1f}-{c.confirm_s[1] / h:.1f} h")
+        else:
+            out.append("#   confirmation: none (confirm.top_k is 0)")
+        out.append(f"# total: {c.low_s / h:.1f}-{c.high_s / h:.1f} h")
         return out

@@ -173,8 +173,7 @@ class StudyRunner:
         time budget that is left."""
         if self.deadline is None:
             return True
-        arms = 1 + self.space.m.confirm.top_k + len(self.space.m.confirm.controls)
-        return 3 * arms * self.estimator.trial_s() <= self.deadline - time.monotonic()
+        return self.estimator.confirmation_s()[0] <= self.deadline - time.monotonic()
 
     def _after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         counted = counted_trials(study, with_running=True)
@@ -271,13 +270,13 @@ class StudyRunner:
             self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
             raise SkipTrial(f"another worker runs the same config (trial #{running_elsewhere})")
         if self.deadline is not None:
-            need = self.estimator.trial_s(config.engine)
+            need = self.estimator.needed_s(config.engine)  # the trial and the shortest confirmation after it
             left = self.deadline - time.monotonic()
             if need > left:
                 trial.set_user_attr(BUDGET_ATTR, False)
                 record.state = TrialState.SKIPPED
-                self._stop(f"the time budget is spent: a trial of {config.engine} takes about "
-                           f"{need / 60:.1f} min, {max(0.0, left) / 60:.1f} min are left")
+                self._stop(f"the time budget is spent: a trial of {config.engine} and the shortest confirmation "
+                           f"take about {need / 60:.1f} min, {max(0.0, left) / 60:.1f} min are left")
                 self.reporter.note(f"stopping: {self.stop_reason}")
                 self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
                 raise SkipTrial(self.stop_reason)

@@ -30,8 +30,11 @@ def test_dry_run_from_the_cli_shows_every_engine_feasible_and_the_cost() -> None
         assert re.search(rf"^#   {engine}: start \d+ s \(", text, re.M), f"{engine} has no time estimate"
     assert len(re.findall(r"^# trial \d+ \((default|queued by the space: |space-filling design )", text, re.M)) == 8
     assert "# dead choices: none" in text
-    hours = re.search(r"^# study of (\d+) trials .*: ~([\d.]+) h$", text, re.M)
-    assert hours and int(hours.group(1)) == space.m.budget.trials and float(hours.group(2)) > 1
+    assert re.search(rf"^# study of {space.m.budget.trials} trials ", text, re.M)
+    total = re.search(r"^# total: ([\d.]+)-([\d.]+) h$", text, re.M)  # a range, confirmation included
+    assert total and 1 < float(total.group(1)) < float(total.group(2))
+    assert re.search(r"^#   confirmation: 2 arms .* x 3-5 rounds of fresh starts: [\d.]+-[\d.]+ h$", text, re.M)
+    assert re.search(r"^#   hung starts: 5% \(assumed\) wait for the ready timeout: \+[\d.]+ h$", text, re.M)
     for line in text.splitlines():
         if line.startswith("docker run"):
             words = shlex.split(line)  # a shell can read every printed line
@@ -121,3 +124,27 @@ def test_the_estimate_learns_from_measured_trials() -> None:
     assert learned.start.seconds == 620 and learned.start.source == "measured, 2 trials"
     assert learned.measure.seconds == 1800 and learned.trial_s == 2420
     assert est.remaining_s(3) == 3 * est.trial_s()
+
+
+def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_starts() -> None:
+    from harness.failure import Failure
+    from search.estimate import MIN_CONFIRM_ROUNDS
+    from search.results import TrialRecord, TrialState
+
+    space = load_space(QWEN)
+    est = Estimator(space)
+    cost = est.study(16)
+    assert cost.fail_source == "assumed" and cost.confirm_s[0] > 0
+    # The shortest confirmation: the default and the top config, 3 fresh starts each.
+    assert cost.confirm_s == (MIN_CONFIRM_ROUNDS * 2 * est.confirmation_start_s(), 5 * 2 * est.confirmation_start_s())
+    assert cost.low_s < cost.trials_s + cost.confirm_s[0] < cost.high_s
+    # --budget-hours commits a trial only with the shortest confirmation after it.
+    assert est.needed_s("atlas") == est.trial_s("atlas") + cost.confirm_s[0]
+    for n, failure in enumerate([None, None, Failure("oom", "x"), Failure("timeout", "never ready"),
+                                 Failure("memory_held", "not the config"), Failure("wont_fit", "before launch")]):
+        est.observe(TrialRecord(number=n, state=TrialState.FAILED if failure else TrialState.COMPLETE, params={},
+                                engine="vllm_spark", model="sehyo-nvfp4", ready_s=600.0, wall_s=2400.0,
+                                failure=failure))
+    measured = est.study(16)
+    assert (measured.fail_rate, measured.hang_rate, measured.fail_source) == (0.25, 0.25, "measured over 4 trials")
+    assert measured.hung_extra_s > cost.hung_extra_s
