@@ -1,5 +1,5 @@
 """External benchmark exports read into flagsearch's metric names: a REAL `vllm bench serve` export,
-a REAL AIPerf 0.13.0 export (tests/data/external, made by bench/external_vs_builtin.py against one
+a REAL AIPerf 0.13.0 export (tests/data/external, made by `python -m bench.external` against one
 llama-server) and a REAL GuideLLM 0.8.1 export; the commands that made them are beside them; the
 vllm-bench one next to the built-in client's numbers from the same server and load."""
 
