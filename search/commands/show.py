@@ -4,10 +4,18 @@ verdict; the winning launch command(s), ready to paste."""
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
+from pathlib import Path
 
+import optuna
 from rich.table import Table
 
+from harness.engines import get_engine
+from harness.secrets import launch_secrets, scrub_text
 from search.curves import best_per_point, best_per_workload, switch_points
+from search.results import TrialRecord
+from search.space import Config, Space, load_space
 from search.storage import open_existing, storage_for
 from search.summary import StudyView, load_view
 from search.terminal import err, safe
@@ -93,16 +101,54 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def daily_command(space: Space, record: TrialRecord, name: str, port: int) -> str:
+    """The winner as a user keeps it running every day: the trial's image, flags, env and volumes, but
+    a named container started detached with a restart policy and a fixed port, instead of the trial's
+    throwaway `--rm` container on a free port. A process engine: its command on the fixed port."""
+    config = Config(engine=record.engine, model=record.model,
+                    values={k: v for k, v in record.params.items() if k not in ("engine", "model")})
+    settings = space.engine_settings(config.engine)
+    flags, env, _ = space.split(config)
+    spec = get_engine(settings.dialect).build_launch(settings, space.model_choice(config.model), flags, env, port)
+    if spec.launcher != "docker" or not spec.image:
+        return spec.command_line()
+    argv = spec.docker_run_argv()
+    assert argv[:3] == ["docker", "run", "--rm"], argv[:3]
+    daily = ["docker", "run", "-d", "--name", re.sub(r"[^A-Za-z0-9_.-]", "-", name), "--restart", "unless-stopped",
+             *argv[3:]]
+    return scrub_text(shlex.join(daily), launch_secrets(spec.argv, spec.env))
+
+
+def _space_of(study: optuna.Study, given: str | None) -> Space | None:
+    source = given or study.user_attrs.get("space_source")
+    return load_space(str(source)) if source and Path(str(source)).is_file() else None
+
+
 def cmd_best(args: argparse.Namespace) -> int:
+    """stdout: the exact command of each best trial (paste it to run that trial's server again, in
+    the foreground); stderr: the verdict and, per best trial, the command to keep it as a daily
+    driver (stdout with --daily: only those)."""
     storage, name = storage_for(args.study, args.storage)
-    view = load_view(open_existing(name, storage))
+    study = open_existing(name, storage)
+    view = load_view(study)
     best = view.best()
     err.print(safe(view.verdict()))
     winner = (view.confirmation or {}).get("winner")
+    space = _space_of(study, args.space)
     for r in sorted(best, key=lambda r: r.number != winner):  # the confirmed winner first
+        daily = daily_command(space, r, args.name or view.name, args.port) if space is not None else None
+        if args.daily:
+            print(daily or r.command)
+            continue
+        if daily is not None:
+            err.print(f"# trial #{r.number} as a daily driver (container {args.name or view.name}, port {args.port}, "
+                      "restarted unless stopped, the same volumes):")
+            err.print(safe(daily))
+        else:
+            err.print("# the daily command needs the study's space file: give --space FILE")
+        err.print(f"# the exact command trial #{r.number} ran (foreground, removed when stopped):")
         print(r.command)
     return 0 if best else 1
-
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -113,4 +159,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     best = sub.add_parser("best", help="print the winning launch command(s), ready to paste")
     best.add_argument("study")
     best.add_argument("--storage")
+    best.add_argument("--space", help="the space file (default: the one the study was created from)")
+    best.add_argument("--name", help="the daily container's name (default: the study's name)")
+    best.add_argument("--port", type=int, default=8000, help="the daily server's fixed port (default 8000)")
+    best.add_argument("--daily", action="store_true", help="print only the daily command(s) on stdout")
     best.set_defaults(func=cmd_best)
