@@ -92,7 +92,8 @@ def image_state(client: Any, name: str) -> str | None:
         client.images.get_registry_data(name)
         return None
     except docker.errors.DockerException as exc:
-        return f"not on this machine and not pullable ({' '.join(str(exc).split())[:160]})"
+        why = getattr(exc, "explanation", None) or str(exc)  # the daemon's words, without the HTTP wrapping
+        return f"not on this machine and not pullable ({' '.join(str(why).split())[:120]})"
 
 
 def check_runnable(settings: EngineSettings) -> list[Problem]:
