@@ -1,14 +1,20 @@
 # The README's two commands: `make demo` (a real search on the CPU) and `make test`.
 # Every heavy artifact goes to FLAGSEARCH_HOME (default ~/.cache/flagsearch) and is reused.
 SHELL := /bin/bash
-PYTHON ?= python3.11
-VENV := .venv
+# The first of python3.11, python3.12, python3 that runs and is 3.11 or 3.12 (Ubuntu 24.04 and DGX OS
+# ship 3.12; a pyenv shim of a version that is not selected fails to run and is skipped). Override
+# with PYTHON=/path/to/python; VENV=DIR puts the tool's venv elsewhere (e.g. a second Python version).
+PYTHON ?= $(shell for p in python3.11 python3.12 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' >/dev/null 2>&1 \
+	&& command -v $$p && break; done)
+VENV ?= .venv
 BIN := $(VENV)/bin
 export FLAGSEARCH_HOME ?= $(HOME)/.cache/flagsearch
 
 .PHONY: setup tool engines demo test test-fast lint clean-results
 
 $(BIN)/search: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "no Python 3.11 or 3.12 found: install one, or pass PYTHON=/path/to/python"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -261,6 +261,7 @@ class PipPlan:
         cmd = [*_pip(self.path / "bin" / "python"), "install"]
         if self.base_plan and self.base_path:
             cmd += ["-c", str(self.path / "base-constraints.txt")]
+        cmd += ["--no-cache-dir"] if env else []
         out.append(prefix + shlex.join([*cmd, req, *(self.base_plan.extras if self.base_plan else ())]))
         return out
 
@@ -303,6 +304,10 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
         constraints.write_text("\n".join(plan.requirements) + "\n")
         cmd += ["-c", str(constraints)]
     build_env, req = split_env(requirement)
+    if build_env:
+        # pip caches a wheel built from a git commit under its URL alone: a wheel built with other
+        # settings (no VLLM_USE_PRECOMPILED, another TORCH_CUDA_ARCH_LIST) would be reused silently.
+        cmd.append("--no-cache-dir")
     cmd += [req, *(plan.extras if plan else ())]
     _run_streamed(cmd, path / "install.log", progress, f"build {label}", build_env)
     if plan and plan.remove:

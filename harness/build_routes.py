@@ -83,8 +83,8 @@ def expand(prefix: str, rest: str) -> tuple[str, str] | None:
         if not index:
             raise ValueError("vllm-wheel:COMMIT needs FLAGSEARCH_VLLM_WHEEL_INDEX: the base URL of vLLM's "
                              "per-commit wheel index, from vLLM's installation docs (the commit is appended)")
-        return "pip", join_env({"PIP_EXTRA_INDEX_URL": f"{index.rstrip('/')}/{rest}", "PIP_PRE": "1",
-                                "FLAGSEARCH_WANT_COMMIT": rest}, vllm_package())
+        return "pip", join_env({"PIP_EXTRA_INDEX_URL": f"{index.rstrip('/')}/{rest}", "PIP_PRE": "1"},
+                               vllm_package())
     if prefix == "vllm-image":
         if not re.fullmatch(r"[0-9a-f]{7,40}", rest):
             raise ValueError(f"vllm-image:{rest}: write vllm-image:COMMIT (a vLLM commit on main)")

@@ -2,8 +2,15 @@
 # FLAGSEARCH_HOME, so a fresh clone on the same machine (CI) reuses engines, models and builds.
 set -euo pipefail
 FLAGSEARCH_HOME="${FLAGSEARCH_HOME:-$HOME/.cache/flagsearch}"
-PYTHON="${PYTHON:-python3.11}"
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+# The engines' venvs use the same Python rule as the Makefile: 3.11 or 3.12, found, not assumed.
+if [ -z "${PYTHON:-}" ]; then
+  for p in python3.11 python3.12 python3; do
+    if "$p" -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' >/dev/null 2>&1; then
+      PYTHON="$p"; break
+    fi
+  done
+fi
+PYTHON="${PYTHON:-python3}"
 mkdir -p "$FLAGSEARCH_HOME"
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

@@ -83,17 +83,64 @@ def hardware_matches(claimed: str, here: str) -> bool:
 
 
 def hardware_here(fingerprint: dict[str, Any]) -> str:
-    """The hardware a measurement ran on, in words, from its fingerprint."""
+    """The hardware a measurement ran on, in words, from its fingerprint: 'NVIDIA GB10 (sm_121, 119.7 GiB)'."""
     if fingerprint.get("gpu_name"):
         count = fingerprint.get("gpu_count") or 1
-        return f"{count}x {fingerprint['gpu_name']}" if count != 1 else str(fingerprint["gpu_name"])
+        name = f"{count}x {fingerprint['gpu_name']}" if count != 1 else str(fingerprint["gpu_name"])
+        bits = [sm for sm in [_sm(fingerprint.get("gpu_compute_capability"))] if sm]
+        mem = re.match(r"\s*(\d+(?:\.\d+)?)\s*MiB", str(fingerprint.get("gpu_memory") or ""))
+        if mem:
+            bits.append(f"{float(mem.group(1)) / 1024:.1f} GiB")
+        return f"{name} ({', '.join(bits)})" if bits else name
     return f"CPU: {fingerprint.get('cpu_model', 'unknown')} ({fingerprint.get('cpu_count', '?')} cores)"
 
 
-def missing_prerequisites(claim: Claim, log_text: str) -> list[str]:
-    """The claim's prerequisites that no line of a (base run's) log names: every word of a
-    prerequisite must appear in one line, in any order, case-insensitively."""
-    lines = [set(_words(line)) for line in log_text.splitlines()]
+def _sm(capability: Any) -> str | None:
+    """'12.1' -> 'sm_121' (nvidia-smi's compute_cap as CUDA names the architecture)."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(capability or ""))
+    return f"sm_{m.group(1)}{m.group(2)}" if m else None
+
+
+# What a claim's hardware words name: architecture and memory, for saying plainly how far the claim's
+# machine is from this one (a kernel written for sm_100 may not exist for sm_121 at all).
+KNOWN_GPUS: dict[str, tuple[str, str]] = {
+    "GB10": ("sm_121", "128 GB unified"), "GB200": ("sm_100", "186 GB"), "GB300": ("sm_103", "288 GB"),
+    "B200": ("sm_100", "180 GB"), "B300": ("sm_103", "288 GB"), "H200": ("sm_90", "141 GB"),
+    "H100": ("sm_90", "80 GB"), "GH200": ("sm_90", "96 GB"), "H20": ("sm_90", "96 GB"), "A100": ("sm_80", "40/80 GB"),
+    "L40S": ("sm_89", "48 GB"), "L4": ("sm_89", "24 GB"), "RTX PRO 6000": ("sm_120", "96 GB"),
+    "RTX 5090": ("sm_120", "32 GB"), "RTX 4090": ("sm_89", "24 GB"), "Thor": ("sm_110", "128 GB unified"),
+}
+
+
+def claimed_hardware(claimed: str) -> str:
+    """'B200' -> 'B200 (sm_100, 180 GB)'; hardware flagsearch does not know is named as written."""
+    words = set(_words(claimed))
+    for name in sorted(KNOWN_GPUS, key=len, reverse=True):  # 'GB200' before 'B200'
+        if set(_words(name)) <= words:
+            sm, mem = KNOWN_GPUS[name]
+            return f"{claimed} ({sm}, {mem})"
+    return claimed
+
+
+def hardware_gap(claim: Claim, fingerprint: dict[str, Any]) -> str | None:
+    """'claimed on B200 (sm_100, 180 GB), measured on NVIDIA GB10 (sm_121, 119.7 GiB)' when the claim
+    names other hardware than this machine's; None when it names none or the same kind."""
+    if not claim.hardware:
+        return None
+    here = hardware_here(fingerprint)
+    if hardware_matches(claim.hardware, here):
+        return None
+    return f"claimed on {claimed_hardware(claim.hardware)}, measured on {here}"
+
+
+def missing_prerequisites(claim: Claim, log_text: str, selected: dict[str, str] | None = None) -> list[str]:
+    """The claim's prerequisites that neither one line of a (base run's) log nor one path the engine's
+    log parser reports as selected (`selected`: StartupInfo.backends, e.g. {'moe': 'FLASHINFER_CUTLASS'})
+    names: every word of a prerequisite must appear in one of them, in any order, case-insensitively."""
+    # A bracketed list is a list of candidates ("out of potential backends: ['MARLIN', ...]"): it names
+    # what could have been chosen, not what was.
+    lines = [set(_words(re.sub(r"\[[^\]]*\]", " ", line))) for line in log_text.splitlines()]
+    lines += [set(_words(f"{key} {value}")) for key, value in (selected or {}).items()]
     return [need for need in claim.needs if not any(set(_words(need)) <= line for line in lines)]
 
 
@@ -138,7 +185,7 @@ def judge_claim(claim: Claim, measured: MetricVerdict, tolerance: float = DEFAUL
         verdict = "undecided"
         why = "the interval holds both no change and the claimed change; run more rounds"
     if claim.hardware and here and not hardware_matches(claim.hardware, here):
-        why += (f". The claim was measured on {claim.hardware}; this was measured on {here}: the verdict "
+        why += (f". Claimed on {claimed_hardware(claim.hardware)}, measured on {here}: the verdict "
                 f"is about this hardware, not about {claim.hardware}")
     elif claim.hardware and here:
         why += f" (claimed on {claim.hardware}, measured on the same kind: {here})"
