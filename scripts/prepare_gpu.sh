@@ -3,8 +3,9 @@
 # the GPU machine, which cannot reach any registry:
 #   .gpu/llama-src.tgz  llama.cpp's source as vendored by the llama-cpp-python sdist, trimmed to
 #                       what a CUDA llama-server needs (22 MB instead of 176 MB; 4.8 MB as .tgz)
-#   .whl/*.whl          cp312 x86-64 wheels of the Python packages the GPU image lacks (or has
-#                       too old: pydantic needs typing-extensions >= 4.16)
+#   .whl/*.whl          cp312 wheels of the Python packages the GPU image lacks (or has too old:
+#                       pydantic needs typing-extensions >= 4.16), for the GPU machine's platform:
+#                       GPU_ARCH=x86_64 (default: an H100 host) or GPU_ARCH=aarch64 (a DGX Spark, GH200)
 # then checks that the trimmed tree configures with the flags bench/gpu/build_llama_cuda.sh uses
 # (CUDA on where this machine has nvcc, else the CPU backend; the CUDA build itself runs on the
 # GPU machine). Both folders are git-ignored. Two commands for a newcomer (docs/gpu-llamacpp.md):
@@ -23,15 +24,23 @@ WHEELS=(
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
   docker==7.2.0 gguf==0.19.0
 )
+GPU_ARCH="${GPU_ARCH:-x86_64}"
+case "$GPU_ARCH" in
+  x86_64) CPU_ARCH_DIR=x86 ;;
+  aarch64) CPU_ARCH_DIR=arm ;;
+  *) echo "GPU_ARCH must be x86_64 or aarch64, not $GPU_ARCH" >&2; exit 2 ;;
+esac
+PLATFORMS=()
+for tag in manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014; do PLATFORMS+=(--platform "${tag}_$GPU_ARCH"); done
+[ "$GPU_ARCH" = x86_64 ] && PLATFORMS+=(--platform manylinux1_x86_64)
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p .gpu .whl
 
-echo "== wheels -> .whl/"
+echo "== wheels ($GPU_ARCH) -> .whl/"
 rm -f .whl/*.whl
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
+  "${PLATFORMS[@]}" -d .whl "${WHEELS[@]}"
 ls .whl
 
 echo "== $LLAMA_SDIST sdist -> trimmed llama.cpp"
@@ -51,9 +60,11 @@ find "$L/scripts" -mindepth 1 ! -name ui-assets.cmake -exec rm -rf {} +
 for b in blas cann et hexagon hip metal musa opencl openvino rpc sycl virtgpu vulkan webgpu zdnn zendnn; do
   rm -rf "$L/ggml/src/ggml-$b"
 done
-# CPU backend: x86-64 code only (the GPU machine is x86-64); Arm's KleidiAI and SpacemiT kernels go.
-find "$L/ggml/src/ggml-cpu/arch" -mindepth 1 -maxdepth 1 ! -name x86 -exec rm -rf {} +
-rm -rf "$L/ggml/src/ggml-cpu/kleidiai" "$L/ggml/src/ggml-cpu/spacemit"
+# CPU backend: only the GPU machine's architecture (x86 or arm); SpacemiT's kernels go, and Arm's
+# KleidiAI ones too on x86.
+find "$L/ggml/src/ggml-cpu/arch" -mindepth 1 -maxdepth 1 ! -name "$CPU_ARCH_DIR" -exec rm -rf {} +
+rm -rf "$L/ggml/src/ggml-cpu/spacemit"
+[ "$GPU_ARCH" = x86_64 ] && rm -rf "$L/ggml/src/ggml-cpu/kleidiai"
 # tools/: the server and what it links (mtmd, and ui, which embeds no assets when the web UI is off).
 find "$L/tools" -mindepth 1 -maxdepth 1 ! -name server ! -name mtmd ! -name ui ! -name CMakeLists.txt \
   -exec rm -rf {} +
@@ -72,6 +83,10 @@ EOF
 tar -czf .gpu/llama-src.tgz -C "$WORK" llama.cpp
 echo "trimmed source: $(du -sh "$L" | cut -f1) unpacked, $(du -h .gpu/llama-src.tgz | cut -f1) as .gpu/llama-src.tgz"
 
+if [ "$GPU_ARCH" != "$(uname -m)" ]; then
+  echo "prepared for $GPU_ARCH on $(uname -m): the configure check runs only on the architecture it was trimmed for"
+  exit 0
+fi
 echo "== configure check of the trimmed tree"
 CUDA=OFF
 command -v nvcc > /dev/null && CUDA=ON

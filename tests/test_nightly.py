@@ -241,3 +241,13 @@ def test_cuda_torch_is_checked_in_the_candidate_environment() -> None:
     assert why is not None and ("does not import" in why or "CPU build" in why)
     assert gpu_problem({"gpu_count": 1, "gpu_name": "NVIDIA GB10"}) is None
     assert "no GPU is visible" in (gpu_problem({"cpu_model": "x"}) or "")
+
+
+def test_dry_run_prints_the_exact_pull_of_a_per_commit_image(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    host_baseline(tmp_path / "b", launcher="docker", image="vllm/vllm-openai:v0.11.0")
+    code = main(["nightly", "--candidate-build", "vllm-image:0123abcd", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("docker pull vllm/vllm-openai:nightly-0123abcd"), out
+    assert not (tmp_path / "r").exists()  # nothing pulled, built or measured

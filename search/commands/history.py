@@ -14,8 +14,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"no history for {args.baseline} in {args.dir or history.history_dir()}")
         return 2
     for r in rows[-args.last:]:
+        # A side that never started leaves no median (None) in its row.
+        b = f"{r['median_b']:.4g}" if isinstance(r.get("median_b"), (int, float)) else "-"
+        ratio = f"{100 * (r['ratio'] - 1):+.1f}%" if isinstance(r.get("ratio"), (int, float)) else "-"
         print(f"{r['time']}  {r['source']:8s} {r['metric']:28s} {r['verdict']:12s} "
-              f"B {r['median_b']:.4g}  B/A {100 * ((r['ratio'] or 1) - 1):+.1f}%  {r['candidate']}")
+              f"B {b}  B/A {ratio}  {r['candidate']}")
     drifts = [d for s in ("median_b", "ratio") for d in history.detect_drift(rows, args.min_effect, s)]
     for d in drifts:
         print(d.describe())

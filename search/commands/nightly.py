@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.build_envs import BuildNotFound
-from harness.builds import Build, BuildError, describe, ensure_build, parse_build, pinned_text
+from harness.builds import Build, BuildError, describe, dry_run_commands, ensure_build, parse_build, pinned_text
 from harness.fingerprint import host_fingerprint
 from search import history
 from search.baseline import Baseline, load_baseline, pinned_space
@@ -156,6 +156,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if why:
         err.print(f"[red]refused[/]: {why}")
         return EXIT_ERROR
+    if args.dry_run:
+        # The plan fits; say exactly what the candidate build would run (refs resolved), and stop.
+        for line in dry_run_commands(parse_build(args.candidate_build)):
+            print(line)
+        return 0
     results = _measure_all(args, baselines, show)
     code, lines = summarize(results, allow)
     for line in lines:
@@ -226,5 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
     p.add_argument("--out", default="reports", help="one report folder per baseline, and nightly.json "
                                                     "(default ./reports)")
+    p.add_argument("--dry-run", action="store_true", help="check the baselines, the kinds and the plan, print the "
+                                                             "candidate's exact install or pull, and stop")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_nightly)
