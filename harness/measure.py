@@ -295,6 +295,7 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
     if spec.warm and not warmup:
         warnings.append("warm TTFT without a warmup run: the first repeat primes the cache and reads cold")
     t0 = time.monotonic()
+    assert policy.max_repeats + 2 * policy.max_remeasure < WARMUP_REPEAT, "measured prompts would repeat warmups'"
     async with server_client(limits=limits) as client:
         sizer = Sizer(engine, client, base_url, model_id)
         context_limit = None

@@ -43,7 +43,14 @@ class MeasurePolicy:
 
 
 DEFAULT_POLICY = MeasurePolicy()
-WARMUP_REPEAT = 10_000  # prompt variant of warmup runs: never the same prompts as a measured run
+# Prompt variant of warmup runs: never the same prompts as a measured run. The prompt's nonce keeps
+# 4 digits of the variant (harness/workloads.py `_nonce`: fixed width so that sizing counts the same
+# tokens), so variants equal modulo 10,000 share a prompt. This was 10,000: warmup k then sent the
+# prompt of measured repeat k - 1 (+2 offsets cancel), whose prefix the server had cached, so the
+# first measured runs read a ~10x faster first token and the third a cold one: the "third run is a
+# third slower" position effect of the CPU calibration (docs/measurement.md). 5,000 keeps warmup and
+# measured prompts apart for up to 5,000 runs per workload.
+WARMUP_REPEAT = 5_000
 
 
 @dataclass

@@ -5,6 +5,7 @@ tree sees it (reading the tree at the end called 0.8-0.9 cores of a calm machine
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -44,9 +45,10 @@ def test_a_killed_servers_worker_counts_as_ours() -> None:
 
 def _orphan_busy_loop(seconds: float) -> int:
     """A CPU-burning process that is not our descendant (the shell that started it has exited), as a
-    container's processes are dockerd's, not ours."""
-    out = subprocess.run(["sh", "-c", f"timeout {seconds} {sys.executable} -c 'while True: pass' >/dev/null 2>&1 & "
-                                      "echo $!"], capture_output=True, text=True, check=True)
+    container's processes are dockerd's, not ours. It ends by itself after `seconds`."""
+    loop = f"import time\nt = time.time() + {seconds}\nwhile time.time() < t: pass"
+    out = subprocess.run(["sh", "-c", f"{sys.executable} -c '{loop}' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
     return int(out.stdout.strip())
 
 
@@ -71,7 +73,8 @@ def test_a_claimed_process_counts_as_ours_and_an_unclaimed_one_as_foreign() -> N
     finally:
         hostload._CLAIMED.discard(pid)
         ours.kill()
-        psutil.Process(pid).kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
     assert claimed.own_cores >= 0.7 and claimed.foreign_cores < 0.2, claimed
 
 
