@@ -199,6 +199,11 @@ class VllmEngine(Engine):
                                           "--enable-prefix-caching was requested"))
         return out
 
+    def help_args(self) -> tuple[str, ...]:
+        # `vllm serve --help` prints group summaries only in newer releases; --help=all every flag
+        # (an older parser refuses it with a usage line that still lists every flag).
+        return ("--help=all",)
+
     def request_extras(self) -> dict[str, Any]:
         return {"ignore_eos": True}
 
