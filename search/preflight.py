@@ -164,7 +164,7 @@ def _prefix(settings: EngineSettings) -> list[str]:
     """The command elements before the engine's own flags: the program and its subcommand."""
     if settings.dialect != "command":
         return list(settings.command)
-    out = []
+    out: list[str] = []
     for element in settings.command:
         if out and (element.startswith("-") or "{" in element):
             break
@@ -270,9 +270,9 @@ def _key_for(space: Space, engine: str, flag: str, flags: dict[str, Any]) -> str
     if flag in e.command:
         return f"engines.{engine}.command"
     settings = space.engine_settings(engine)
-    param = get_engine(settings.dialect).param_for_flag(flag, flags)
-    if param is not None and param in space.m.params:
-        return f"params.{param}"
+    named = get_engine(settings.dialect).param_for_flag(flag, flags)
+    if named is not None and named in space.m.params:
+        return f"params.{named}"
     return f"engines.{engine} (a flag its {settings.dialect} module adds)"
 
 
