@@ -152,9 +152,9 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     for e in estimates:
         show(f"plan {e.baseline}: at most {e.rounds} rounds x 2 sides x ({e.start_s:.0f} s start + "
              f"{e.measure_s:.0f} s measure) = {e.total_s / 60:.1f} min ({e.how})")
-    why = refuse_plan(estimates, args.job_limit_min * 60, args.build_estimate_s, args.rounds)
-    if why:
-        err.print(f"[red]refused[/]: {why}")
+    too_long = refuse_plan(estimates, args.job_limit_min * 60, args.build_estimate_s, args.rounds)
+    if too_long:
+        err.print(f"[red]refused[/]: {too_long}")
         return EXIT_ERROR
     if args.dry_run:
         # The plan fits; say exactly what the candidate build would run (refs resolved), and stop.
