@@ -1,0 +1,75 @@
+"""The decode window on real engines, through the one door (Session.run): every stream generates
+exactly the tokens asked for, time to first token stays out of decode_tok_s, no run of a start is a
+prefix-cache hit on a warmup's prompt (the cause of the old position effect), and an engine that
+cannot be told to ignore end of sequence gets a window problem in its result, not a shorter window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import smollm2_gguf, smollm2_hf, vllm_settings
+
+from harness import setup_paths
+from harness.engines import EngineSettings
+from harness.session import MeasureSettings, RunRequest, Session
+from harness.workloads import WorkloadSpec
+
+pytestmark = pytest.mark.e2e
+
+
+def llama(dialect: str = "llamacpp") -> EngineSettings:
+    return EngineSettings(name="llamacpp", dialect=dialect, command=(str(setup_paths.llama_server()),),
+                          ready_timeout_s=60)
+
+
+def run(settings: EngineSettings, model_flags: tuple[object, dict[str, object]], workload: WorkloadSpec,
+        tmp: Path, repeats: int) -> object:
+    model, flags = model_flags
+    with Session(keep_server=False) as session:
+        measured = session.run(RunRequest(settings, model, flags, {}, tmp), [workload],  # type: ignore[arg-type]
+                               MeasureSettings(repeats=repeats, request_timeout_s=120))
+    return measured.workloads[workload.name]
+
+
+def assert_window_and_no_position_effect(wm: object, tokens: int, streams: int) -> None:
+    counted = wm.counted  # type: ignore[attr-defined]
+    assert len(counted) >= 5 and not wm.window_problems, wm.window_problems  # type: ignore[attr-defined]
+    for s in counted:
+        assert [r.output_tokens for r in s.requests] == [tokens] * streams  # exactly N tokens each
+        m = s.metrics
+        assert m["window_concurrency"] == streams and m["window_tokens"] > 0.8 * (tokens - 1) * streams
+        # TTFT is outside the window: decode throughput beats the end-to-end figure that contains it
+        assert m["decode_tok_s"] > m["output_tok_s"] and m["window_s"] < s.wall_s
+    # The old position effect was a prefix-cache hit on a warmup's prompt: no measured request may
+    # find more than the chat template cached, and no run's first token may be 10x another's.
+    for s in counted:
+        for r in s.requests:
+            assert (r.cached_prompt_tokens or 0) < (r.prompt_tokens or 0) - 8, (s.repeat, r.cached_prompt_tokens)
+    ttfts = [max(r.ttft_s for r in s.requests) for s in counted]
+    assert max(ttfts) < 4 * min(ttfts), ttfts
+
+
+def test_llamacpp_window_exact_tokens_and_no_position_effect(tmp_path: Path) -> None:
+    wm = run(llama(), (smollm2_gguf(), {"threads": 1, "parallel": 1, "ctx_size": 2048}),
+             WorkloadSpec("single", ("qa",), max_tokens=64), tmp_path, repeats=6)
+    assert_window_and_no_position_effect(wm, 64, 1)
+
+
+def test_vllm_window_at_four_streams(tmp_path: Path) -> None:
+    wm = run(vllm_settings(), (smollm2_hf(), {"max_model_len": 2048, "enforce_eager": True,
+                                              "served_model_name": "smollm2"}),
+             WorkloadSpec("four", ("qa", "code", "json", "math"), max_tokens=48), tmp_path, repeats=5)
+    assert_window_and_no_position_effect(wm, 48, 4)
+
+
+def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_path: Path) -> None:
+    # The generic command engine sends no ignore_eos: SmolLM2 answers "why is the sky blue" in far
+    # fewer than 400 tokens and stops. The result says so; nothing pretends the window was 400 tokens.
+    settings = EngineSettings(name="llama-plain", dialect="command",
+                              command=(str(setup_paths.llama_server()), "-m", "{model}", "--port", "{port}",
+                                       "--host", "{host}", "-t", "1", "-c", "2048"), ready_timeout_s=60)
+    wm = run(settings, (smollm2_gguf(), {}), WorkloadSpec("single", ("qa",), max_tokens=400), tmp_path, repeats=2)
+    problems = wm.window_problems  # type: ignore[attr-defined]
+    assert any("window short" in p and "cannot be told to ignore end of sequence" in p for p in problems), problems
+    assert any("window short" in w for w in wm.warnings)  # type: ignore[attr-defined]
