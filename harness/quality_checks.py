@@ -311,6 +311,18 @@ class AskContext:
     dialect: str | None = None
 
 
+def ask_context(dialect: str | None, thinking: bool | None, context_scale: float) -> AskContext:
+    """Request extras for the suite: thinking on/off as the engine module spells it."""
+    extras: dict[str, Any] = {}
+    if thinking is not None and dialect:
+        from harness.engines import get_engine
+
+        extras = get_engine(dialect).thinking_extras(thinking)
+    elif thinking is not None:
+        extras = {"chat_template_kwargs": {"enable_thinking": thinking}}
+    return AskContext(extras, context_scale, dialect)
+
+
 async def needle_messages(client: httpx.AsyncClient, base_url: str, model_id: str, check: Check,
                           ctx: AskContext) -> tuple[list[dict[str, str]], int]:
     """The needle prompt: filler with the needle at `depth`, sized EXACTLY to the scaled target."""

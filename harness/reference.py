@@ -8,8 +8,9 @@ cached in a JSON file keyed by model + reference config + prompts. Each candidat
   * scores the *reference* continuation position by position (teacher forcing), so both sides see
     the same context: mean |logprob difference| of the reference token and a top-k KL divergence.
 Positions before the first divergence come free from the greedy run (same context). After it,
-vLLM scores the rest in one request with `prompt_logprobs`; other servers (llama.cpp `n_probs`,
-any OpenAI-compatible one) resume generation from the forced prefix, one request per divergence.
+the engine module scores the rest its own way (`Engine.forced_positions`): vLLM in one request
+with `prompt_logprobs`; other servers (llama.cpp `n_probs`, any OpenAI-compatible one) resume
+generation from the forced prefix, one request per divergence (harness/logprobs.py).
 
 Top-k KL: both distributions are coarsened to the reference's top-k tokens plus one "other" bucket.
 Coarsening never increases KL, so where the candidate's probabilities are known this is a lower
@@ -36,9 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.client import server_client
 from harness.engines import get_engine
 from harness.files import load_json, parse_yaml
+from harness.logprobs import Position, generate, parse_positions
+
+__all__ = ["AgreementResult", "Position", "ReferenceAnswers", "ReferenceContinuation", "ReferenceSpec",
+           "ReferenceStore", "capture_reference", "compare", "parse_positions", "prompt_sets", "reference_config",
+           "reference_key", "topk_kl"]
 
 EPS = 1e-10
-RESUME_CHUNK = 8  # tokens generated per resume request on servers without prompt_logprobs
 
 
 class ReferenceSpec(BaseModel):
@@ -67,15 +72,6 @@ class AgreementPrompt:
 def prompt_sets() -> dict[str, tuple[AgreementPrompt, ...]]:
     data = parse_yaml(resources.files("harness").joinpath("data/quality.yaml").read_text(), "harness/data/quality.yaml")
     return {name: tuple(AgreementPrompt(**p) for p in items) for name, items in (data.get("agreement") or {}).items()}
-
-
-@dataclass
-class Position:
-    """One position of a continuation: the token, its logprob, and the top-k alternatives."""
-
-    token: int
-    logprob: float | None
-    top: dict[int, float]  # token id -> logprob, at most top_k entries
 
 
 @dataclass
@@ -179,59 +175,6 @@ async def tokenize(client: httpx.AsyncClient, base_url: str, model_id: str, dial
     raise RuntimeError(f"cannot tokenize on {base_url}: {type(last).__name__}: {last}")
 
 
-def _token_id(value: Any) -> int:
-    """vLLM with return_tokens_as_token_ids spells tokens 'token_id:123'."""
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    return int(text.split(":", 1)[1]) if text.startswith("token_id:") else int(text)
-
-
-def parse_positions(choice: dict[str, Any], top_k: int) -> list[Position]:
-    """Per-token logprobs of a completion choice, in either shape servers use.
-
-    vLLM (OpenAI completions): logprobs = {tokens, token_logprobs, top_logprobs: [{tok: lp}]};
-    llama.cpp: logprobs = {content: [{id, token, logprob, top_logprobs: [{id, token, logprob}]}]}.
-    """
-    lp = choice.get("logprobs") or {}
-    out: list[Position] = []
-    if lp.get("content") is not None:
-        for entry in lp["content"]:
-            top = {int(t["id"]): float(t["logprob"]) for t in entry.get("top_logprobs") or []}
-            out.append(Position(int(entry["id"]), float(entry["logprob"]), _top(top, top_k)))
-        return out
-    for tok, tok_lp, top in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [],
-                                lp.get("top_logprobs") or [], strict=False):
-        alts = {_token_id(k): float(v) for k, v in (top or {}).items()}
-        out.append(Position(_token_id(tok), None if tok_lp is None else float(tok_lp), _top(alts, top_k)))
-    return out
-
-
-def _top(alts: dict[int, float], k: int) -> dict[int, float]:
-    return dict(sorted(alts.items(), key=lambda kv: kv[1], reverse=True)[:k])
-
-
-async def _complete(client: httpx.AsyncClient, base_url: str, model_id: str, prompt_ids: list[int],
-                    max_tokens: int, top_k: int, timeout_s: float, **extra: Any) -> dict[str, Any]:
-    body = {"model": model_id, "prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0.0,
-            "logprobs": top_k, "n_probs": top_k, "ignore_eos": True, "return_tokens_as_token_ids": True,
-            "cache_prompt": True, **extra}
-    resp = await client.post(base_url + "/v1/completions", json=body, timeout=timeout_s)
-    if resp.status_code >= 300:
-        raise RuntimeError(f"completions answered HTTP {resp.status_code}: {resp.text[:300]}")
-    return resp.json()["choices"][0]
-
-
-async def generate(client: httpx.AsyncClient, base_url: str, model_id: str, prompt_ids: list[int],
-                   n: int, top_k: int, timeout_s: float) -> tuple[list[Position], str]:
-    choice = await _complete(client, base_url, model_id, prompt_ids, n, top_k, timeout_s)
-    positions = parse_positions(choice, top_k)
-    if len(positions) < n:
-        raise RuntimeError(f"asked for {n} tokens with logprobs, got {len(positions)} "
-                           f"(does this server return logprobs on /v1/completions?)")
-    return positions[:n], choice.get("text") or ""
-
-
 async def capture_reference(base_url: str, model_id: str, dialect: str, spec: ReferenceSpec, model: str,
                             config: Mapping[str, Any], timeout_s: float = 120.0) -> ReferenceAnswers:
     """Run the reference prompts on a server running the reference config."""
@@ -244,8 +187,7 @@ async def capture_reference(base_url: str, model_id: str, dialect: str, spec: Re
             items.append(ReferenceContinuation(prompt.name, ids, [p.token for p in positions], text, positions))
     checks: list[dict[str, Any]] = []
     if spec.suite:
-        from harness.quality import ask_context
-        from harness.quality_checks import checks_for, run_checks
+        from harness.quality_checks import ask_context, checks_for, run_checks
 
         results = await run_checks(base_url, model_id, checks_for(spec.suite), timeout_s, spec.check_timeout_s,
                                    1, ask_context(dialect, spec.thinking, spec.context_scale))
@@ -306,51 +248,6 @@ class AgreementResult:
         return asdict(self)
 
 
-async def _forced_positions_vllm(client: httpx.AsyncClient, base_url: str, model_id: str,
-                                 item: ReferenceContinuation, start: int, top_k: int,
-                                 timeout_s: float) -> dict[int, Position]:
-    """Teacher-forced distributions for positions start.. of the continuation, one request."""
-    prompt = item.prompt_ids + item.token_ids
-    choice = await _complete(client, base_url, model_id, prompt, 1, top_k, timeout_s, prompt_logprobs=top_k)
-    plps = choice.get("prompt_logprobs")
-    if not plps:
-        raise RuntimeError("the server returned no prompt_logprobs")
-    out = {}
-    base = len(item.prompt_ids)
-    for i in range(start, len(item.token_ids)):
-        entry = plps[base + i] or {}
-        alts = {_token_id(k): float(v["logprob"] if isinstance(v, dict) else v) for k, v in entry.items()}
-        tok = item.token_ids[i]
-        out[i] = Position(tok, alts.get(tok), _top(alts, top_k))
-    return out
-
-
-async def _forced_positions_resume(client: httpx.AsyncClient, base_url: str, model_id: str,
-                                   item: ReferenceContinuation, start: int, top_k: int,
-                                   timeout_s: float) -> tuple[dict[int, Position], int]:
-    """Teacher forcing by resuming generation from the forced prefix: every generated position whose
-    predecessors match the reference is a valid forced distribution."""
-    out: dict[int, Position] = {}
-    requests = 0
-    pos = start
-    n = len(item.token_ids)
-    chunk = RESUME_CHUNK
-    while pos < n:
-        gen, _ = await generate(client, base_url, model_id, item.prompt_ids + item.token_ids[:pos],
-                                min(chunk, n - pos), top_k, timeout_s)
-        requests += 1
-        used = len(gen)
-        for j, p in enumerate(gen):
-            out[pos + j] = p
-            if p.token != item.token_ids[pos + j]:
-                used = j + 1
-                break
-        pos += used
-        # A config that diverges at once wastes the rest of each chunk: shrink it; grow it back on matches.
-        chunk = min(RESUME_CHUNK, max(1, 2 * used))
-    return out, requests
-
-
 def _ref_token_logprob(p: Position, ref_token: int) -> tuple[float, bool]:
     """The candidate's logprob of the reference token, or its k-th logprob (an upper bound) if absent."""
     if p.token == ref_token and p.logprob is not None:
@@ -366,6 +263,7 @@ async def compare(base_url: str, model_id: str, dialect: str, reference: Referen
     start = time.monotonic()
     prompts = []
     requests = 0
+    engine = get_engine(dialect)
     async with server_client() as client:
         for item in reference.items:
             gen, text = await generate(client, base_url, model_id, item.prompt_ids, reference.tokens,
@@ -376,15 +274,10 @@ async def compare(base_url: str, model_id: str, dialect: str, reference: Referen
                           len(item.token_ids))
             forced: dict[int, Position] = {i: gen[i] for i in range(min(prefix + 1, len(gen)))}
             if prefix + 1 < len(item.token_ids):
-                if get_engine(dialect).teacher_forcing == "prompt_logprobs":
-                    forced.update(await _forced_positions_vllm(client, base_url, model_id, item, prefix + 1,
-                                                               reference.top_k, timeout_s))
-                    requests += 1
-                else:
-                    more, n_req = await _forced_positions_resume(client, base_url, model_id, item, prefix + 1,
-                                                                 reference.top_k, timeout_s)
-                    forced.update(more)
-                    requests += n_req
+                more, n_req = await engine.forced_positions(client, base_url, model_id, item.prompt_ids,
+                                                            item.token_ids, prefix + 1, reference.top_k, timeout_s)
+                forced.update(more)
+                requests += n_req
             kls, diffs, floored = [], [], 0
             for i, ref_pos in enumerate(item.positions):
                 cand = forced[i]

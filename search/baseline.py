@@ -19,7 +19,7 @@ import optuna
 
 from harness.files import InputError, load_yaml
 from search.param_values import default_value
-from search.results import ResultsError, format_version, read_json, write_json_atomic
+from search.results import ResultsError, TrialState, format_version, read_json, write_json_atomic
 from search.space import Config, Space, SpaceError, load_space, parse_space
 
 # Versioned: a reader loads every earlier version (migrating it) and refuses a newer one by name.
@@ -250,7 +250,7 @@ def baseline_from_study(results_dir: Path, name: str, trial: int | None = None,
         record = best[0]
     else:
         found = next((r for r in view.records if r.number == trial), None)
-        if found is None or found.state not in ("complete", "duplicate"):
+        if found is None or found.state not in (TrialState.COMPLETE, TrialState.DUPLICATE):
             raise ResultsError(f"{results_dir}: trial {trial} is not a completed trial")
         record = found
     number = record.duplicate_of if record.duplicate_of is not None else record.number

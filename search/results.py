@@ -219,7 +219,7 @@ def _check_record(r: TrialRecord) -> None:
     if r.objective_values is not None and (not isinstance(r.objective_values, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in r.objective_values)):
         problems.append("objective_values must be a list of numbers")
-    if r.state in ("complete", "duplicate") and r.objective_values is None:
+    if r.state in (TrialState.COMPLETE, TrialState.DUPLICATE) and r.objective_values is None:
         problems.append(f"state is {r.state!r} but objective_values is missing")
     if problems:
         raise ResultsError("trial record is damaged: " + "; ".join(problems))

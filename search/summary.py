@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from search.recovery import interrupted_records
-from search.results import TrialRecord, check_study_format
+from search.results import TrialRecord, TrialState, check_study_format
 from search.trial_index import RECORD_ATTR
 
 
@@ -26,7 +26,7 @@ class StudyView:
         """Measured and within every constraint. A duplicate carries its original's values and is
         not another result: counting it made per-load tables name "#8 best, next #7" for two
         copies of #6."""
-        return (r.state == "complete" and r.objective_values is not None
+        return (r.state == TrialState.COMPLETE and r.objective_values is not None
                 and all(c <= 0 for c in r.constraint_values))
 
     @property
@@ -39,7 +39,7 @@ class StudyView:
 
     def best(self) -> list[TrialRecord]:
         """The best feasible trial (one objective) or the feasible Pareto front (several)."""
-        feas = [r for r in self.feasible if r.state == "complete"]
+        feas = [r for r in self.feasible if r.state == TrialState.COMPLETE]
         if not feas:
             return []
         signs = [1.0 if d == "maximize" else -1.0 for _, d in self.objectives]

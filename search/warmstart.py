@@ -8,6 +8,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState as OptunaState
 
+from search.results import TrialState
 from search.study import BUDGET_ATTR
 from search.summary import load_view
 
@@ -24,7 +25,7 @@ def warm_start(study: optuna.Study, source: optuna.Study, top_k: int = 3) -> tup
     view = load_view(source)
     maximize = view.objectives[0][1] == "maximize"
     # The default runs first in every study anyway: queue the best of the others.
-    others = [r for r in view.feasible if r.state == "complete" and r.number != view.baseline_number]
+    others = [r for r in view.feasible if r.state == TrialState.COMPLETE and r.number != view.baseline_number]
     tops = sorted(others, key=lambda r: (r.objective_values or [0.0])[0], reverse=maximize)[:top_k]
     for record in tops:
         params = {k: v for k, v in record.params.items() if k in _searched(source, record.number)}

@@ -18,6 +18,8 @@ from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.llamacpp import FLAGS, LlamaCppEngine, server_flags
 from harness.launch import StartupError, get_launcher, wait_ready
 from harness.launch.base import Server
+from harness.logprobs import Position, generate
+from harness.reference import tokenize
 from search.space import parse_space
 from search.study import StudyRunner, default_storage, free_port
 from search.summary import load_view
@@ -207,6 +209,28 @@ def test_real_startup_info_from_a_running_server(llama_server: Server) -> None:
     assert info.phases_s["process_to_listening"] > 0
     assert info.backends["weights"] == "CPU_Mapped" and info.facts["threads"] == "2"
     assert info.kv_cache_tokens == 4096 and info.facts["slots"] == "2"
+
+
+@pytest.mark.e2e
+def test_teacher_forcing_by_resuming_and_the_build_the_server_reports(llama_server: Server) -> None:
+    """llama.cpp reads teacher-forced logprobs by resuming generation from the forced prefix (the
+    base Engine's way): forcing the greedy answer gives back the greedy run's positions, in chunks."""
+    engine = LlamaCppEngine()
+    base = llama_server.spec.base_url
+
+    async def go() -> tuple[list[Position], dict[int, Position], int, dict[str, str], dict[str, object]]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            ids = await tokenize(client, base, "x", "llamacpp", "The three primary colors are", 120)
+            gen, _ = await generate(client, base, "x", ids, 12, 5, 120)
+            forced, requests = await engine.forced_positions(client, base, "x", ids, [p.token for p in gen], 0, 5, 120)
+            props = (await client.get(base + "/props")).json()
+            return gen, forced, requests, await engine.server_info(client, base), props
+
+    gen, forced, requests, info, props = asyncio.run(go())
+    assert sorted(forced) == list(range(12)) and requests == 2  # 8 + 4 tokens: no divergence to restart at
+    for i, pos in enumerate(gen):
+        assert forced[i].token == pos.token and forced[i].logprob == pytest.approx(pos.logprob, abs=0.05), i
+    assert props["build_info"] and info == {"server_build_info": str(props["build_info"])}
 
 
 @pytest.mark.e2e

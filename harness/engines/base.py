@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import httpx
 
 from harness.launch.spec import LaunchSpec, Volume
+from harness.logprobs import Position, forced_by_resuming
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,16 @@ async def count_tokens_via_usage(client: httpx.AsyncClient, base_url: str, model
     return TokenCount(count, limit)
 
 
+async def server_field(client: httpx.AsyncClient, url: str, key: str, name: str) -> dict[str, str]:
+    """{name: str(field `key` of the JSON at url)}, or {} when the server does not answer it."""
+    try:
+        resp = await client.get(url, timeout=5.0)
+        body = resp.json() if resp.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return {name: str(body[key])} if isinstance(body, dict) and key in body else {}
+
+
 class Engine(ABC):
     dialect: ClassVar[str]
     ready_path: ClassVar[str] = "/health"
@@ -323,9 +334,23 @@ class Engine(ABC):
         limit = body.get("max_model_len")
         return TokenCount(count, int(limit) if limit else None)
 
-    # How teacher-forced logprobs of a reference answer are read (harness/reference.py): with
-    # `prompt_logprobs` on one completion request (vLLM), or by resuming generation token by token.
-    teacher_forcing: ClassVar[str] = "resume"
+    async def forced_positions(self, client: httpx.AsyncClient, base_url: str, model_id: str,
+                               prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,
+                               timeout_s: float) -> tuple[dict[int, Position], int]:
+        """Teacher-forced logprobs of a reference answer (`token_ids` after `prompt_ids`) at its
+        positions start.., and the requests it took (harness/reference.py). Default: resume
+        generation from the forced prefix, which any server with completion logprobs can do."""
+        return await forced_by_resuming(client, base_url, model_id, prompt_ids, token_ids, start, top_k, timeout_s)
+
+    # Python distributions whose version is the engine's (the first installed wins), and modules
+    # whose _version.py holds the build's commit: read in the engine's own interpreter (fingerprint.py).
+    distributions: ClassVar[tuple[str, ...]] = ()
+    commit_modules: ClassVar[tuple[str, ...]] = ()
+
+    async def server_info(self, client: httpx.AsyncClient, base_url: str) -> dict[str, str]:
+        """What the running server says about its own build (for the fingerprint); {} if nothing."""
+        return {}
+
     # True when prompt tokens are counted by sending the prompt (no tokenizer endpoint): workloads
     # then size prompts under a separate nonce so that counting cannot warm the measured prefix.
     counts_by_request: ClassVar[bool] = False

@@ -26,6 +26,7 @@ from harness.engines.base import (
     TokenCount,
     flag_name,
     launch_spec,
+    server_field,
     value_text,
 )
 from harness.launch.spec import LaunchSpec
@@ -296,6 +297,11 @@ class LlamaCppEngine(Engine):
 
     def cached_prompt_tokens(self, timings: Mapping[str, Any]) -> int | None:
         return int(timings["cache_n"]) if "cache_n" in timings else None
+
+    distributions = ("llama-cpp-python",)  # a Python-wrapped build; llama-server itself reports /props
+
+    async def server_info(self, client: httpx.AsyncClient, base_url: str) -> dict[str, str]:
+        return await server_field(client, base_url + "/props", "build_info", "server_build_info")
 
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # llama-server renders the GGUF's Jinja template (--jinja, on by default) and takes the same

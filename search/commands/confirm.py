@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 
 from search.confirm import CONFIRM_ATTR, Confirmation, candidates, run_confirmation
-from search.results import ResultsError
+from search.results import ResultsError, TrialState
 from search.space import Space, load_space
 from search.storage import storage_for
 from search.summary import StudyView, load_view
@@ -21,7 +21,7 @@ def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: i
     """Confirm and store; None when the study has no default trial to compare with."""
     view = load_view(study)
     default = view.baseline
-    if default is None or default.state != "complete":
+    if default is None or default.state != TrialState.COMPLETE:
         return None
     objective = space.m.objectives[0]
     tops = candidates(view.records, view.baseline_number, objective.direction, top_k)

@@ -20,7 +20,7 @@ from search.report.plots import (
     startup_rows,
 )
 from search.report.tables import trials_frame
-from search.results import scrub_text
+from search.results import TrialState, scrub_text
 from search.space_schema import REQUEST_SIDE
 from search.summary import StudyView
 
@@ -75,7 +75,7 @@ def _trials_section(view: StudyView) -> str:
         cells += [_e(row["quality"]), _e(row["errors"]), html.escape(ready), _e(row["wall_s"]),
                   html.escape(row["note"])]
         rows.append(cells)
-        classes.append("best" if r.number in best else ("failed" if r.state == "failed" else
+        classes.append("best" if r.number in best else ("failed" if r.state == TrialState.FAILED else
                                                          ("infeasible" if not StudyView.is_feasible(r) else "")))
     legend = ('<p class="hint">Rows in green are the best feasible config(s); orange rows violate a '
               "constraint; red rows failed. × default is each objective's value over the engine "
@@ -211,7 +211,7 @@ def _summary_cards(inp: ReportInput) -> str:
     starts = starts_summary(view)
     best = view.best()
     cards = [("trials", str(len(view.records))),
-             ("complete / failed", f"{counts.get('complete', 0)} / {counts.get('failed', 0)}"),
+             ("complete / failed", f"{counts.get(TrialState.COMPLETE, 0)} / {counts.get(TrialState.FAILED, 0)}"),
              ("server starts", str(starts["starts"])),
              ("starts saved by reuse", str(starts["reused"])),
              ("identical configs not re-run", str(starts["duplicates"]))]
