@@ -196,7 +196,8 @@ def nothing_new(candidate: dict[str, Any], baseline_build: dict[str, Any] | None
     if build_identity(before) != ident:
         return None, f"candidate {ident}: new since the last nightly ({row.get('time')}: {build_identity(before)})"
     if row.get("outcome") == "pass":
-        return (f"no new build since the last nightly ({row.get('time')}, passed): {ident}", "")
+        what = "image" if candidate.get("kind") == "image" else "build"
+        return (f"no new {what} since the last nightly ({row.get('time')}, passed): {ident}", "")
     return None, (f"candidate {ident}: the same build as the last nightly ({row.get('time')}), whose outcome was "
                   f"{row.get('outcome')}: measured again")
 

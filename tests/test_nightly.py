@@ -5,6 +5,7 @@ and each night's outcome (search/nightly.py) is read from the regress report wit
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,16 @@ from search.baseline import load_baseline
 from search.cli import main
 from search.gate import compare
 from search.gate_report import GateReport
-from search.nightly import OUTCOMES, Result, build_identity, nothing_new, refuse_kind, result_from_report, summarize
+from search.nightly import (
+    EXIT_CODES,
+    OUTCOMES,
+    Result,
+    build_identity,
+    nothing_new,
+    refuse_kind,
+    result_from_report,
+    summarize,
+)
 from search.nightly_plan import estimate, gpu_problem, refuse_plan, torch_cuda_problem
 
 REPO = Path(__file__).resolve().parent.parent
@@ -160,7 +170,7 @@ def test_identity_and_nothing_new() -> None:
     assert why is not None and "the build the baseline was measured with" in why
     row = {"source": "nightly", "time": "2026-11-26T03:17:00+00:00", "build": json.dumps(digest), "outcome": "pass"}
     why, _ = nothing_new(digest, None, [row])
-    assert why is not None and why.startswith("no new build since the last nightly") and "sha256:aaa" in why
+    assert why is not None and why.startswith("no new image since the last nightly") and "sha256:aaa" in why
     why, said = nothing_new(other, None, [row])
     assert why is None and "new since the last nightly" in said
     # After a failed or unsettled night the same build is measured again.
@@ -251,3 +261,18 @@ def test_dry_run_prints_the_exact_pull_of_a_per_commit_image(tmp_path: Path,
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("docker pull vllm/vllm-openai:nightly-0123abcd"), out
     assert not (tmp_path / "r").exists()  # nothing pulled, built or measured
+
+
+def test_the_workflow_takes_inputs_through_env_and_names_every_exit_code() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "nightly-regression.yml").read_text())
+    steps = {s.get("name"): s for s in workflow["jobs"]["regress"]["steps"]}
+    regress = steps["Regress every matching baseline"]["run"]
+    drift = steps["Drift over each baseline's history (change points)"]
+    # No ${{ }} inside a script: tests/test_nightly_e2e.py runs these very scripts with bash.
+    assert "${{" not in regress and "${{" not in drift["run"] and drift["if"] == "always()"
+    for code in sorted(set(EXIT_CODES.values()) - {0}):  # every failing outcome is an error, never a warning
+        assert re.search(rf'^\s*{code}\) echo "::error::', regress, re.MULTILINE), code
+    assert "::warning::" not in regress
+    assert "--require-gpu --require-cuda-torch" in regress and "search history" in drift["run"]
