@@ -7,7 +7,7 @@ streamed tokens/s the client handled on its one core, and the TTFT it adds (requ
 first content token parsed, with a server that answers at once), measured by a probe that sends
 short requests one after another while the streams run.
 
-    .venv/bin/python bench/client_ceiling.py [--tokens 2000] [--concurrency 1 4 16] [--repeats 3]
+    .venv/bin/python -m bench.client_ceiling [--tokens 2000] [--concurrency 1 4 16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 # ---- the stand-in server: raw asyncio, HTTP/1.1 keep-alive, chunked SSE ---------------------------------

@@ -1,6 +1,6 @@
 """The gate on a real engine (llama-server with SmolLM2): A/A is not a regression, a real slowdown is.
 
-The slowdown is bench/throttle.py --stretch: a proxy in front of the real server that stretches
+The slowdown is harness/throttle.py --stretch: a proxy in front of the real server that stretches
 every token's arrival (throughput x 0.3), a loss large enough to be found at any load. (Freezing the
 server with SIGSTOP is not one under load: the scheduler gives a continued process its time back;
 docs/calibration.md measured it.) (`--threads 1` vs 2 is not used here: on this shared 2-core
@@ -80,7 +80,7 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
     assert len(stored["samples"]["single.output_tok_s"]) == 2 and stored["sample_unit"] == "round"
     assert stored["quality"]["score"] >= 0.5 and stored["fingerprint"]["engine"] == "llamacpp"
 
-    throttled = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.7 --stretch -- {setup_paths.llama_server()}"
+    throttled = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.7 --stretch -- {setup_paths.llama_server()}"
     out = tmp_path / "regress"
     code = main(["regress", "--baseline", str(baseline_file), "--candidate-command", throttled, "--rounds", "8",
                  "--out", str(out), "--quiet"])

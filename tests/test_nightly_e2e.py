@@ -3,7 +3,7 @@ runner): A/A passes and promotes, the same build again is "nothing new", a candi
 fails the job, an unsettled gate takes rounds up to the cap and then fails, unpromoted, and a real -20%
 candidate fails with its report. Each result lands in the history, which the workflow's drift step reads.
 
-The regression is bench/throttle.py --stretch 0.2 in front of the candidate server (every response byte
+The regression is harness/throttle.py --stretch 0.2 in front of the candidate server (every response byte
 delivered 1.25x later: -20% throughput whatever the load), gated at 10% within at most 10 rounds; the
 A/A run is gated at 50% (the paired gate's interval for one short workload reached +-30% at 6 rounds under
 other agents' load). Both sides are kept running and alternate runs (--keep-servers): under
@@ -110,7 +110,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     assert "::error::inconclusive" in out and not (work / "reports" / "promoted").exists()
 
     # A real -20% candidate: a regression, with the report in the job summary.
-    slow = f"{sys.executable} {REPO / 'bench' / 'throttle.py'} 0.2 --stretch -- {server}"
+    slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.2 --stretch -- {server}"
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{slow}", ROUNDS="10",
                                 NIGHTLY_ARGS=f"{keep} --min-effect 0.1")
     result = night["results"][0]

@@ -1,4 +1,4 @@
-"""bench/release_stretch.py, the wrapper that injects a load-independent slowdown into a real build
+"""bench/experiments/release_bisect/stretch.py, the wrapper that injects a load-independent slowdown into a real build
 for the bisect over releases: it runs the build's own interpreter behind the stretch proxy, the
 response passes through intact, and SIGTERM stops the server behind it (no engine; a second)."""
 
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.experiments.release_bisect import stretch as release_stretch
 
-import release_stretch  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+STRETCH = ROOT / "bench" / "experiments" / "release_bisect" / "stretch.py"
 
 SERVER = """
 import os, sys, http.server
@@ -57,7 +57,7 @@ def test_build_served_through_the_proxy(tmp_path: Path) -> None:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "release_stretch.py"), f"python:{sys.executable}",
+    proc = subprocess.Popen([sys.executable, str(STRETCH), f"python:{sys.executable}",
                              "0.5", str(script), "--port", str(port)], stdout=subprocess.PIPE, text=True)
     try:
         body = ""

@@ -1,30 +1,25 @@
-"""The soak under random faults (bench/soak.py), short: 8 trials of a real llama-server study with
+"""The soak under random faults (tests/soak/), short: 8 trials of a real llama-server study with
 faults drawn from a fixed seed, the tool killed and resumed; then the audit's verdict. Also the
 audit itself on hand-built studies, so that each of its findings is shown to fire."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+from fault_server import print_past_capture
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
+from soak import driver as soak
+from soak.audit import Tally, audit_study, table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import soak  # noqa: E402
-from fault_server import print_past_capture  # noqa: E402
-from soak_audit import Tally, audit_study, table  # noqa: E402
-
-from harness.failure import Failure  # noqa: E402
-from search.results import TrialRecord, write_json_atomic  # noqa: E402
-from search.results import TrialState as RecordState  # noqa: E402
-from search.storage import BUDGET_ATTR  # noqa: E402
-from search.trial_index import RECORD_ATTR  # noqa: E402
+from harness.failure import Failure
+from search.results import TrialRecord, write_json_atomic
+from search.results import TrialState as RecordState
+from search.storage import BUDGET_ATTR
+from search.trial_index import RECORD_ATTR
 
 
 @pytest.mark.e2e

@@ -1,7 +1,7 @@
 """A real llama-server frozen for 2 s in the middle of a measured run: the run is flagged, left out
 and measured again, so the stall sets no value (harness/steady.py).
 
-The server runs under bench/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
+The server runs under harness/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
 wrapper SIGSTOPs llama-server for 2 s, what a compile, a cache fill or a frozen neighbour does. The
 signal is sent once the second measured run's request is in flight (the server's own
 requests_processing gauge says so), so the stall lands inside that run.
@@ -32,7 +32,7 @@ from search.study import free_port
 
 pytestmark = pytest.mark.e2e
 
-THROTTLE = Path(__file__).resolve().parent.parent / "bench" / "throttle.py"
+THROTTLE = Path(__file__).resolve().parent.parent / "harness" / "throttle.py"
 
 
 @pytest.fixture()
@@ -96,7 +96,7 @@ def test_a_frozen_server_mid_run_is_measured_again(frozen_llama: ProcessServer) 
 
 
 def test_a_stretched_server_streams_intact_through_the_proxy(tmp_path: Path) -> None:
-    """bench/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
+    """harness/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
     proxy: readiness, the stream, its usage and the server's metrics all pass through it."""
     binary = setup_paths.llama_server()
     port = free_port()

@@ -134,12 +134,12 @@ def stall_during(trial_number: int, runner_box: list[StudyRunner]) -> Any:
 
 
 def throttled_space(name: str) -> dict[str, Any]:
-    """Two engines of the same llama-server build: `throttled` runs it under bench/throttle.py,
+    """Two engines of the same llama-server build: `throttled` runs it under harness/throttle.py,
     frozen 40% of every 100 ms: a real slowdown to ~0.6x whatever else the machine does (unlike
     thread counts, whose effect flips with the load on a 2-core machine)."""
     doc = space_doc(name, 3)
     plain = doc["engines"]["llamacpp"]
-    throttle = Path(__file__).resolve().parent.parent / "bench" / "throttle.py"
+    throttle = Path(__file__).resolve().parent.parent / "harness" / "throttle.py"
     doc["engines"]["throttled"] = {**plain, "command": [sys.executable, str(throttle), "0.4", "--",
                                                         *plain["command"]]}
     doc["params"] = {"threads": {"type": "fixed", "value": 1},

@@ -1,4 +1,4 @@
-"""The soak's audit (bench/soak.py): a study checked against what was asked, and the tally table.
+"""The soak's audit (tests/soak/driver.py): a study checked against what was asked, and the tally table.
 
 Rules (search/storage.py, search/recovery.py): the study holds exactly the trials asked that count
 in the budget (duplicates, skips and interrupted trials do not), every trial has exactly one record

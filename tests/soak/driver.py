@@ -1,12 +1,12 @@
 """A soak under random faults: a long study on a real llama-server, faults drawn from a seeded RNG,
 then an audit of the study against what was asked, printed as a table.
 
-    .venv/bin/python bench/soak.py --trials 40 --seed 7 [--postgres] [--out bench/data/soak.json]
+    .venv/bin/python -m tests.soak --trials 40 --seed 7 [--postgres] [--out tests/soak/soak.json]
 
 `search run --json` runs as a real child process. At each trial it starts, the plan (seeded) draws
 no fault or one of:
 - engine_kill / engine_stop: SIGKILL / SIGSTOP of the trial's server while it measures;
-- port / oom: the next server start finds its port taken, or runs out of memory (bench/soak_engine.py,
+- port / oom: the next server start finds its port taken, or runs out of memory (tests/soak/engine.py,
   the space's engine command, injects both the way tests/test_faults.py does);
 - storage_restart (--postgres only): `scripts/postgres.sh restart` of the study's private PostgreSQL
   while the trial measures;
@@ -17,7 +17,7 @@ The audit (search/storage.py, search/recovery.py): the study holds exactly the t
 count in the budget (duplicates and skips do not), every counted trial has exactly one record, no
 trial is left running or queued, each interrupted trial is re-run exactly once, no config was
 measured twice, every failure names its cause, and no process started by any `search run` of the
-soak outlives it (found by the tag in its environment, harness/launch/registry.py).
+soak outlives it (found by the tag in its environment, harness/launch/reaper.py).
 """
 
 from __future__ import annotations
@@ -41,15 +41,13 @@ from typing import Any
 import optuna
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness import setup_paths
+from harness.launch import reaper
+from search.storage import default_storage
 
-from harness import setup_paths  # noqa: E402
-from harness.launch import registry  # noqa: E402
-from search.storage import default_storage  # noqa: E402
+from .audit import Fault, Tally, audit_study, table
 
-sys.path.insert(0, str(ROOT / "bench"))
-from soak_audit import Fault, Tally, audit_study, table  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE_FAULTS = ("engine_kill", "engine_stop")
 START_FAULTS = ("port", "oom")
@@ -82,7 +80,7 @@ def space_doc(settings: SoakSettings, fault_dir: Path) -> dict[str, Any]:
         "name": "soak",
         "engines": {"llamacpp": {
             "dialect": "llamacpp",
-            "command": [sys.executable, str(ROOT / "bench" / "soak_engine.py"), str(fault_dir), str(binary)],
+            "command": [sys.executable, str(Path(__file__).with_name("engine.py")), str(fault_dir), str(binary)],
             "args": {"threads": 1, "parallel": 1, "flash_attn": "on"},
             "ready_timeout_s": 60,
         }},
@@ -137,7 +135,7 @@ class PrivatePostgres:
 
 def owned_by(pids: set[int]) -> list[int]:
     """Live processes started by any of these `search run` processes (by the tag in their environment)."""
-    return [proc.pid for proc, owner, _ in registry.tagged_processes() if owner.split(":")[0] in {str(p) for p in pids}]
+    return [proc.pid for proc, owner, _ in reaper.tagged_processes() if owner.split(":")[0] in {str(p) for p in pids}]
 
 
 class Soak:
@@ -335,6 +333,3 @@ def main(argv: list[str] | None = None) -> int:
         a.out.write_text(json.dumps({**asdict(tally), "ok": tally.ok}, indent=1, default=str) + "\n")
     return 0 if tally.ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
-"""The soak's engine command (bench/soak.py): runs llama-server unchanged, or with one armed fault
+"""The soak's engine command (tests/soak/driver.py): runs llama-server unchanged, or with one armed fault
 at its start. FAULT-INJECTION FIXTURE: the real llama-server still runs in every case.
 
-    python bench/soak_engine.py FAULT_DIR LLAMA_SERVER [ARGS...]
+    python tests/soak/engine.py FAULT_DIR LLAMA_SERVER [ARGS...]
 
 The soak arms a fault by creating FAULT_DIR/oom or FAULT_DIR/port. The first start that finds one
 takes it (a rename to <name>.taken.<pid>, so exactly one start gets each, and the soak sees which

