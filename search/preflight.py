@@ -3,7 +3,8 @@
 - every engine's image (Docker engines): present locally, or pullable from its registry;
 - every engine's executable (process engines): exists;
 - every checkpoint path an engine may load: exists on this machine (for a Docker engine: through
-  the volume that mounts it into the container; a path no volume mounts is a problem too);
+  the volume that mounts it into the container; a path no volume mounts is a problem too); one
+  declared `has_mtp` maps MTP tensors in its weight index (a hybrid build drops them: a placebo);
 - every flag name any config can put on an engine's command line: known to that engine build, as
   its own `--help` prints them. The help text is read once per build (the image id, or the
   executable and its installed packages) and cached under FLAGSEARCH_HOME/preflight.
@@ -156,7 +157,33 @@ def check_models(space: Space) -> list[Problem]:
                 out.append(Problem(f"models[{i}].path", f"{host} ({model.name}) does not exist",
                                    "put the checkpoint there, or correct the path"))
                 break  # one line per checkpoint
+            elif model.has_mtp and not mtp_in_index(Path(host)):
+                out.append(Problem(f"models[{i}].has_mtp", f"{model.name}'s weight index names no MTP tensor "
+                                   f"({host}/{INDEX}): MTP would be a placebo or fail to load",
+                                   "add the MTP weights to the checkpoint and its index (e.g. the INT4-AutoRound "
+                                   "recipe's add-mtp-weights.py for a hybrid build), or set has_mtp: false"))
+                break
     return out
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def mtp_in_index(folder: Path) -> bool:
+    """Whether a Hugging Face checkpoint carries MTP weights: its weight index maps an MTP tensor,
+    or a separate weights file for them is there (Sehyo's extra_weights.safetensors, Intel's
+    model_extra_tensors.safetensors). A hybrid build drops both. True where there is no index to
+    read (a single file, a GGUF): nothing to judge."""
+    index = folder / INDEX
+    if not index.is_file():
+        return True
+    try:
+        weights = json.loads(index.read_text()).get("weight_map", {})
+    except (OSError, ValueError, AttributeError):
+        return True
+    if any(".mtp." in name or name.startswith("mtp.") for name in weights):
+        return True
+    return any(re.search(r"mtp|extra", f.name, re.I) for f in folder.glob("*.safetensors"))
 
 
 # ---- flag names -------------------------------------------------------------------------------

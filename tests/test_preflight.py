@@ -5,6 +5,7 @@ project's real spaces pass."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -59,6 +60,29 @@ def test_a_missing_path_and_a_volume_that_mounts_nothing_are_named(tmp_path: Pat
         "correct the path",
         "s.yaml: models[2].path: /srv/x (unmounted) is not inside any volume of engine d; fix: add a volume to "
         "engines.d.volumes that mounts it"]
+
+
+def test_a_checkpoint_declared_with_mtp_whose_index_has_none_is_named(tmp_path: Path) -> None:
+    from search.preflight import check_models
+
+    for name, keys in (("hybrid", ["model.layers.0.mlp.weight"]), ("intel", ["mtp.layers.0.mlp.weight"]),
+                       ("sehyo", ["model.layers.0.mlp.weight"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors.index.json").write_text(json.dumps({"weight_map": dict.fromkeys(keys,
+                                                                                    "a.safetensors")}))
+    (tmp_path / "sehyo" / "extra_weights.safetensors").write_bytes(b"")  # MTP in a file of its own
+    doc: dict[str, Any] = {
+        "name": "t", "objectives": [{"metric": "w.output_tok_s"}], "workloads": [{"name": "w", "streams": ["qa"]}],
+        "engines": {"v": {"dialect": "vllm", "command": ["vllm", "serve"]}},
+        "models": [{"name": "hybrid", "path": str(tmp_path / "hybrid"), "has_mtp": True},
+                   {"name": "intel", "path": str(tmp_path / "intel"), "has_mtp": True},
+                   {"name": "plain", "path": str(tmp_path / "hybrid"), "has_mtp": False},
+                   {"name": "sehyo", "path": str(tmp_path / "sehyo"), "has_mtp": True}],
+    }
+    lines = [p.line("s.yaml") for p in check_models(parse_space(doc, "s.yaml"))]
+    assert len(lines) == 1 and lines[0].startswith("s.yaml: models[0].has_mtp: hybrid's weight index names no MTP "
+                                                   "tensor"), lines
+    assert "add-mtp-weights.py" in lines[0] and "set has_mtp: false" in lines[0]
 
 
 def _broken_space(tmp_path: Path) -> Path:
