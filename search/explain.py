@@ -44,7 +44,9 @@ def explain_claim(result: ClaimResult, a: SideResult, b: SideResult, changes: li
     if result.verdict == "reproduced" or not a.startup or not b.startup:
         return None  # a side that did not start is reported as failed, not explained
     measured = result.measured
-    null = measured.verdict in ("unchanged", "inconclusive")
+    # An interval that excludes no change is a measured change, however small: never "no change".
+    excludes_zero = measured.ci_low > 1.0 or measured.ci_high < 1.0
+    null = measured.verdict == "unchanged" or (measured.verdict == "inconclusive" and not excludes_zero)
     differed = startup_differences(a.startup, b.startup)
     named = any(side.startup.get(k) for side in (a, b) for k in ("backends", "facts"))
     asked = f"B's change ({'; '.join(changes)})" if changes else "B's change"
@@ -59,6 +61,10 @@ def explain_claim(result: ClaimResult, a: SideResult, b: SideResult, changes: li
         return f"{head} no measurable change, and {seen}: {asked} is likely not taking effect on this hardware"
     if result.verdict == "undecided":
         effect = "too noisy to tell yet"
+    elif excludes_zero and measured.verdict == "inconclusive":
+        effect = (f"a measured change of {measured.change_pct:+.1f}% ({measured.level_text} "
+                  f"{100 * (measured.ci_low - 1):+.1f}%..{100 * (measured.ci_high - 1):+.1f}%: it excludes no "
+                  f"change), smaller than the claimed {100 * (result.claim.ratio - 1):+.1f}%")
     elif null:
         effect = "no measurable change"
     else:

@@ -198,8 +198,8 @@ class LlamaCppEngine(Engine):
             info.facts["cuda_archs"] = archs.group(1)
             info.facts.setdefault("compute_capability", f"{int(archs.group(1).split(',')[0]) / 100:.1f}")
         graphs = re.search(r"USE_GRAPHS = (\d)", log_text)
-        if graphs:
-            info.backends["cuda_graphs"] = "enabled" if graphs.group(1) == "1" else "disabled"
+        if graphs:  # a compile-time switch from system_info: what the build could do, not what this run did
+            info.facts["cuda_graphs_compiled"] = "yes" if graphs.group(1) == "1" else "no"
         reused = re.findall(r"graphs reused =\s*(\d+)", log_text)
         if reused:
             info.facts["graphs_reused"] = reused[-1]
