@@ -77,6 +77,16 @@ def _cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    # aarch64 (a DGX Spark, GH200) has no "model name" in /proc/cpuinfo; lscpu names each core type
+    # ("Cortex-X925", "Cortex-A725" on a GB10).
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        names = list(dict.fromkeys(ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                                   if ln.startswith("Model name:")))
+        if names:
+            return "+".join(names)
+    except (OSError, subprocess.SubprocessError):
+        pass
     return platform.processor() or "unknown"
 
 
