@@ -250,7 +250,7 @@ class MeasureModel(Strict):
     # own start-to-start noise, reported with the results (search/noise.py).
     noise_every: int = Field(default=0, ge=0)
 
-    def policy(self, metric: str = "output_tok_s") -> MeasurePolicy:
+    def policy(self, metric: str = "decode_tok_s") -> MeasurePolicy:
         """The measurement policy for one workload; `metric` is the per-run value it watches (the
         objective's leaf, e.g. output_tok_s)."""
         from harness.steady import MeasurePolicy  # here: the schema imports nothing of the measurement

@@ -47,12 +47,12 @@ def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
 def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
     doc = (Path(__file__).resolve().parent.parent / "spaces" / "smollm2-cpu.yaml").read_text()
     good = parse_space(yaml.safe_load(doc), "smollm2-cpu.yaml")
-    assert good.m.confirm.controls == [{"slowdown": 0.2}]
+    assert good.m.confirm.controls == [{"slowdown": 0.1}]
     with pytest.raises(SpaceError, match=r"confirm.controls\[0\].*unknown: no_such_flag"):
         bad = doc.replace("controls:\n    - {", "controls:\n    - {no_such_flag: 1, ")
         parse_space(yaml.safe_load(bad), "bad.yaml")
     with pytest.raises(SpaceError, match=r"controls\[0\].slowdown: a fraction"):
-        parse_space(yaml.safe_load(doc.replace("{slowdown: 0.2}", "{slowdown: 1.5}")), "bad.yaml")
+        parse_space(yaml.safe_load(doc.replace("{slowdown: 0.1}", "{slowdown: 1.5}")), "bad.yaml")
 
 
 @pytest.mark.e2e
