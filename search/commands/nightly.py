@@ -93,6 +93,7 @@ def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate
     argv += ["--min-effect", str(args.min_effect)] if args.min_effect is not None else []
     argv += ["--history", str(args.history)] if args.history else []
     argv += ["--keep-servers"] if args.keep_servers else []
+    argv += ["--workload", args.workload] if args.workload else []
     argv += ["--quiet"] if args.quiet else []
     parser = argparse.ArgumentParser(prog="search")
     regress_cmd.register(parser.add_subparsers())
@@ -220,6 +221,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     p.add_argument("--metric", action="append", help="also gate this metric (repeatable)")
     p.add_argument("--keep-servers", action="store_true", help="one start per side instead of one per round")
+    p.add_argument("--workload", help="measure and gate this workload only (regress --workload); the plan is "
+                                      "still priced at every workload's measure time")
     p.add_argument("--job-limit-min", type=float, default=math.inf,
                    help="refuse a plan that would not finish in 90%% of this many minutes (the CI job limit)")
     p.add_argument("--build-estimate-s", type=float, default=0.0,
