@@ -70,3 +70,17 @@ def noise_floor(study: optuna.Study, baseline_value: float | None) -> NoiseFloor
     mean = sum(logs) / len(logs)
     spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
     return NoiseFloor(tuple(values), spread)
+
+
+def stop_rule_floor(study: optuna.Study, space: Space, baseline_value: float | None) -> float:
+    """The spread the stop rule allows for: twice the study's measured start-to-start spread (two
+    configs each measured once), or the space's stated floor until the default ran twice."""
+    floor = noise_floor(study, baseline_value)
+    stated = space.m.measure.noise_floor
+    return max(stated, 2 * floor.spread) if floor else stated
+
+
+def probe_due(space: Space, counted: int, counts_in_budget: bool) -> int | None:
+    """The number of the probe due after a trial that brought the count to `counted`, if one is."""
+    every = space.m.measure.noise_every
+    return counted // every if every and counts_in_budget and counted % every == 0 else None

@@ -9,7 +9,10 @@
 - record: one TrialRecord, stored in the study and as results/<study>/trials/NNNN/result.json.
 - tell: values and constraints, or a failure the sampler ranks below every result.
 
-Ctrl-C / SIGTERM stop every server and leave the study consistent and resumable.
+Ctrl-C / SIGTERM stop every server and leave the study consistent and resumable. Beside the loop:
+scoring.py (the record and the values told), pruning.py (stop after a clearly worse load point),
+study_inputs.py (reference answers, rooflines), noise.py (the default re-measured), study_lock.py
+(the budget shared by workers).
 """
 
 from __future__ import annotations
@@ -25,30 +28,21 @@ from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure, TrialFailed
 from harness.launch.reaper import worker_tag
-from harness.quality import QualityResult, quality_metrics
-from harness.quality import constraint_names as quality_constraint_names
-from harness.quality import constraint_values as quality_constraint_values
-from harness.reference import ReferenceAnswers, ReferenceStore, reference_config, reference_key
-from harness.roofline import Roofline, build_roofline
-from harness.session import (
-    Measurement,
-    MeasureSettings,
-    QualityPlan,
-    RunningConfig,
-    RunRequest,
-    Session,
-    free_port,
-)
+from harness.quality import QualityResult
+from harness.session import Measurement, QualityPlan, RunningConfig, RunRequest, Session, free_port
 from search.curves import add_curve_summaries
 from search.estimate import Estimator
 from search.memory_fit import LocalMemory, estimate, free_at_start, workloads_beyond_context
-from search.noise import noise_floor, probe
+from search.noise import probe, probe_due, stop_rule_floor
+from search.pruning import clearly_worse
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, QUEUED_ATTR, failure_values, space_exhausted, trial_origin
-from search.space import Config, Space, constraint_value
+from search.scoring import constraint_labels, copy_duplicate, fail, fill, judges_quality, measure_settings, score
+from search.space import Config, Space
 from search.stopping import study_should_stop
 from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
+from search.study_inputs import ReferenceCapture, Rooflines
 from search.study_lock import StudyLock
 from search.trial_index import RECORD_ATTR, TrialIndex
 from search.unified_memory import MEMORY_HELD, MemoryGuard, retry_if_memory_held
@@ -100,9 +94,8 @@ class StudyRunner:
         self.memory = MemoryGuard(space, reporter.note, drop_page_cache)
         self._known_in_a_row = 0
         self._stopping = False
-        self._reference_answers: ReferenceAnswers | None = None
-        self._rooflines: dict[str, Roofline | None] = {}
-        self._quality_results: dict[int, QualityResult] = {}
+        self.reference = ReferenceCapture(space, results_dir, self.session, reporter.phase)
+        self.rooflines = Rooflines(space)
 
     @property
     def starts(self) -> int:
@@ -132,7 +125,7 @@ class StudyRunner:
             return
         try:
             try:
-                self._reference()  # before any trial: it may need a server of its own
+                self.reference.answers()  # before any trial: it may need a server of its own
             except TrialFailed as exc:
                 raise ValueError(f"the reference config (quality.reference) did not start: {exc}") from None
             self._loop(timeout_s)
@@ -161,12 +154,11 @@ class StudyRunner:
         self._stopping = True
 
     def noise_floor_value(self) -> float:
-        """The study's measured start-to-start spread (x2: two configs each measured once), or the
-        space's stated floor until the default has been measured twice."""
+        """The spread the stop rule allows for (search/noise.py)."""
         # The default is trial 0 of every study (queued first); read from the index, not the storage.
         base = next((r for r in self.index.finished.values() if r.number == 0), None)
-        floor = noise_floor(self.study, base.objective_values[0] if base and base.objective_values else None)
-        return max(self.space.m.measure.noise_floor, 2 * floor.spread) if floor else self.space.m.measure.noise_floor
+        return stop_rule_floor(self.study, self.space, base.objective_values[0] if base and base.objective_values
+                               else None)
 
     def confirmation_fits(self) -> bool:
         """Whether the minimum confirmation (3 rounds of the default and the top configs) fits the
@@ -180,11 +172,11 @@ class StudyRunner:
         if counted >= self.total:
             self._stop()
             return
-        every = self.space.m.measure.noise_every
-        if every and trial.user_attrs.get(BUDGET_ATTR, True) and counted % every == 0:
+        number = probe_due(self.space, counted, trial.user_attrs.get(BUDGET_ATTR, True))
+        if number is not None:
             self.reporter.phase("re-measuring the default on a fresh start (the study's noise floor)")
             self.reporter.note(probe(self.session, self.space, study, self.space.default_config(),
-                                     self.results_dir / "noise", counted // every))
+                                     self.results_dir / "noise", number))
         reason = None
         if study.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
             return  # queued configs (the default, a resume, a warm start) run first, whatever the rule
@@ -225,7 +217,7 @@ class StudyRunner:
             record.command = record.command or exc.command
             record.log_path = record.log_path or exc.log_path
             if isinstance(exc.partial, Measurement):
-                self._fill(record, exc.partial)
+                fill(record, exc.partial)
             self._known_in_a_row = 0
         except SkipTrial:
             raise
@@ -296,8 +288,9 @@ class StudyRunner:
         req = RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model),
                          flags, env, trial_dir)
         m = self.space.m
-        quality = QualityPlan(m.quality, self._reference(), m.measure.request_timeout_s) \
-            if m.quality.suite or m.quality.reference else None
+        quality = QualityPlan(m.quality, self.reference.answers(), m.measure.request_timeout_s) \
+            if judges_quality(self.space) else None
+        judged: QualityResult | None = None
         # Workloads longer than this config's context are not measured for it (a choice, not a failure).
         beyond = {name for name, _ in workloads_beyond_context(self.space, config)}
         specs = [s for s in self.space.curve_specs() if s.name.partition("@")[0] not in beyond]
@@ -305,126 +298,22 @@ class StudyRunner:
         for i, point in enumerate(points):
             def start(point: str = point, i: int = i) -> Measurement:
                 return self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
-                                        self.measure_settings(), quality if i == 0 else None, self._roofline(config))
+                                        measure_settings(self.space), quality if i == 0 else None,
+                                        self.rooflines.of(config))
             measured = retry_if_memory_held(self.memory, config, start, self.reporter.phase) if i == 0 else start()
             if i == 0 and measured.reused_server:
                 self.reporter.phase("reused the running server")
-            self._fill(record, measured, first=i == 0)
-            if i + 1 < len(points) and self._clearly_worse(trial, record, point, i):
+            fill(record, measured, first=i == 0)
+            judged = measured.quality or judged
+            if i + 1 < len(points) and clearly_worse(self.space, self.index.finished.values(), trial, record, point, i):
                 record.state = TrialState.PRUNED
                 record.warnings.append(f"stopped after load point {point}: clearly worse than the incumbent there")
                 self.reporter.phase(f"stopped measuring: clearly worse than the incumbent at {point}")
                 return
         add_curve_summaries(record.metrics)
-        self._score(record, self._quality_results.get(record.number))
-
-    def _clearly_worse(self, trial: optuna.Trial, record: TrialRecord, point: str, step: int) -> bool:
-        """Below the incumbent at this load point by more than the prune margin (single objective,
-        curve objectives only). Reported to Optuna as an intermediate value (ratio to the incumbent)."""
-        objective = self.space.m.objectives
-        if len(objective) != 1 or "@" in objective[0].metric:
-            return False
-        base, _, leaf = objective[0].metric.partition(".")
-        key = f"{base}@{point}.{leaf}"
-        mine = record.metrics.get(key)
-        best = self._incumbent_at(key, objective[0].direction == "maximize")
-        if mine is None or best is None or best <= 0 or mine <= 0:
-            return False
-        ratio = mine / best if objective[0].direction == "maximize" else best / mine
-        trial.report(ratio, step)
-        return ratio < 1.0 - self.space.m.measure.prune_margin
-
-    def _incumbent_at(self, key: str, maximize: bool) -> float | None:
-        values = [r.metrics[key] for r in self.index.finished.values()
-                  if r.state == TrialState.COMPLETE and key in r.metrics and all(c <= 0 for c in r.constraint_values)]
-        if not values:
-            return None
-        return max(values) if maximize else min(values)
-
-    def measure_settings(self) -> MeasureSettings:
-        m = self.space.m.measure
-        leaf = self.space.m.objectives[0].metric.rpartition(".")[2]
-        return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
-
-    def _fill(self, record: TrialRecord, measured: Measurement, first: bool = True) -> None:
-        """Add one run's results to the record (a trial runs once per load point)."""
-        if first:
-            record.command, record.env, record.log_path = measured.command, measured.env, measured.log_path
-            record.reused_server, record.ready_s = measured.reused_server, measured.ready_s
-            record.startup = {"ready_s": measured.ready_s, **vars(measured.startup)}
-            record.fingerprint = measured.fingerprint
-        for name, wm in measured.workloads.items():
-            record.workloads[name] = wm.to_dict()
-            for k, stat in wm.summary.items():
-                record.metrics[f"{name}.{k}"] = stat.median
-            record.metrics[f"{name}.errors"] = float(wm.errors)
-            record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
-            record.warnings.extend(f"{name}: {w}" for w in wm.warnings)
-        if measured.quality is not None:
-            record.quality = measured.quality.to_dict()
-            record.metrics.update(quality_metrics(measured.quality))
-            self._quality_results[record.number] = measured.quality
-        # Per workload (and load point) only: the curve summaries are added after the last point.
-        record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
-        record.metrics["startup.ready_s"] = record.ready_s or 0.0
-
-    def _reference(self) -> ReferenceAnswers | None:
-        """Reference answers for agreement checks: captured once per study on the reference config
-        (the default config unless `quality.reference.params` says otherwise), then cached."""
-        spec = self.space.m.quality.reference
-        if spec is None or self._reference_answers is not None:
-            return self._reference_answers
-        params = reference_config(self.space.default_config(), spec)
-        config = self.space.sample(optuna.trial.FixedTrial(params))
-        store = ReferenceStore(self.results_dir)
-        answers = store.load(reference_key(config.model, params, spec))
-        if answers is None:
-            self.reporter.phase("capturing reference answers on the reference config (once per study)")
-            flags, env, _ = self.space.split(config)
-            answers = self.session.capture_reference(
-                RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model), flags,
-                           env, self.results_dir / "reference"),
-                spec, config.model, params, self.space.m.measure.request_timeout_s)
-            store.save(answers)
-        self._reference_answers = answers
-        return answers
-
-    def _roofline(self, config: Config) -> Roofline | None:
-        """% of the memory-bandwidth ceiling, when the model's bytes per token are known: bandwidth
-        as the space's `device` states it, else measured once (GPU copy in the engine's torch, or
-        host memory for CPU engines)."""
-        key = f"{config.model}|{config.engine}"
-        if key not in self._rooflines:
-            device = self.space.m.device
-            self._rooflines[key] = build_roofline(self.space.model_choice(config.model),
-                                                  device.bandwidth_gbs if device else None,
-                                                  engine_python=self.space.engine_settings(config.engine).python)
-        return self._rooflines[key]
+        score(record, self.space, judged)
 
     # ---- record and tell --------------------------------------------------------------------
-    def constraint_labels(self) -> list[str]:
-        labels = [f"{metric} {op} {threshold:g}" for metric, op, threshold in self.space.constraint_exprs()]
-        quality = self.space.m.quality
-        # Same condition as _score: without a suite or reference no quality values are appended.
-        return labels + (quality_constraint_names(quality) if quality.suite or quality.reference else [])
-
-    def _score(self, record: TrialRecord, quality: QualityResult | None) -> None:
-        m = self.space.m
-        missing = [o.metric for o in m.objectives if o.metric not in record.metrics]
-        if missing:
-            fail(record, Failure(Cause.OBJECTIVE_MISSING,
-                                 f"metric {missing[0]!r} was not measured (every request failed?)"))
-            return
-        record.objective_values = [record.metrics[o.metric] for o in m.objectives]
-        constraints = []
-        for metric, op, threshold in self.space.constraint_exprs():
-            value = record.metrics.get(metric)
-            constraints.append(constraint_value(value, op, threshold) if value is not None else 1.0)
-        if m.quality.suite or m.quality.reference:
-            constraints += quality_constraint_values(quality, m.quality)
-        record.constraint_values = constraints
-        record.state = TrialState.COMPLETE
-
     def _record(self, trial: optuna.Trial, record: TrialRecord, trial_dir: Path, started: float) -> None:
         record.wall_s = time.monotonic() - started
         # The study storage gets the record first: it is what resume, reports and workers read.
@@ -439,8 +328,8 @@ class StudyRunner:
         if record.state == TrialState.PRUNED:
             raise optuna.TrialPruned(f"trial {trial.number} stopped early: clearly worse than the incumbent")
         measured = record.state in (TrialState.COMPLETE, TrialState.DUPLICATE) and record.objective_values is not None
-        for label, value in zip(self.constraint_labels(), record.constraint_values if measured else
-                                [0.0] * len(self.constraint_labels()), strict=True):
+        labels = constraint_labels(self.space)
+        for label, value in zip(labels, record.constraint_values if measured else [0.0] * len(labels), strict=True):
             trial.set_constraint(label, value)  # feasible when <= 0; samplers and reports read these
         if measured:
             trial.set_constraint(FAILED_KEY, 0.0)
@@ -452,20 +341,3 @@ class StudyRunner:
         trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
         return failure_values(self.study.directions)
 
-
-def fail(record: TrialRecord, failure: Failure) -> None:
-    record.state = TrialState.FAILED
-    record.failure = failure
-
-
-def copy_duplicate(record: TrialRecord, previous: TrialRecord) -> None:
-    """Never re-run an identical config: a failure stays a failure, a result is reused."""
-    record.duplicate_of = previous.number
-    record.command, record.env, record.metrics = previous.command, previous.env, previous.metrics
-    record.quality, record.objective_values = previous.quality, previous.objective_values
-    record.constraint_values = previous.constraint_values
-    if previous.state == TrialState.FAILED or previous.objective_values is None:
-        cause = previous.failure.cause if previous.failure else "failed"
-        fail(record, Failure(cause, f"same config as failed trial #{previous.number}", duplicate_of=previous.number))
-    else:
-        record.state = TrialState.DUPLICATE

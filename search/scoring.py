@@ -1,0 +1,88 @@
+"""A trial's record from its measurements, and the values the loop tells the sampler: objectives,
+constraints (<= 0 feasible), or the failure (search/study.py tells them)."""
+
+from __future__ import annotations
+
+from harness.failure import Cause, Failure
+from harness.quality import QualityResult, quality_metrics
+from harness.quality import constraint_names as quality_constraint_names
+from harness.quality import constraint_values as quality_constraint_values
+from harness.session import Measurement, MeasureSettings
+from search.results import TrialRecord, TrialState
+from search.space import Space, constraint_value
+
+
+def measure_settings(space: Space) -> MeasureSettings:
+    m = space.m.measure
+    leaf = space.m.objectives[0].metric.rpartition(".")[2]
+    return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
+
+
+def fill(record: TrialRecord, measured: Measurement, first: bool = True) -> None:
+    """Add one run's results to the record (a trial runs once per load point)."""
+    if first:
+        record.command, record.env, record.log_path = measured.command, measured.env, measured.log_path
+        record.reused_server, record.ready_s = measured.reused_server, measured.ready_s
+        record.startup = {"ready_s": measured.ready_s, **vars(measured.startup)}
+        record.fingerprint = measured.fingerprint
+    for name, wm in measured.workloads.items():
+        record.workloads[name] = wm.to_dict()
+        for k, stat in wm.summary.items():
+            record.metrics[f"{name}.{k}"] = stat.median
+        record.metrics[f"{name}.errors"] = float(wm.errors)
+        record.placebo.extend(p for p in wm.placebo if p not in record.placebo)
+        record.warnings.extend(f"{name}: {w}" for w in wm.warnings)
+    if measured.quality is not None:
+        record.quality = measured.quality.to_dict()
+        record.metrics.update(quality_metrics(measured.quality))
+    # Per workload (and load point) only: the curve summaries are added after the last point.
+    record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
+    record.metrics["startup.ready_s"] = record.ready_s or 0.0
+
+
+def judges_quality(space: Space) -> bool:
+    return bool(space.m.quality.suite or space.m.quality.reference)
+
+
+def constraint_labels(space: Space) -> list[str]:
+    labels = [f"{metric} {op} {threshold:g}" for metric, op, threshold in space.constraint_exprs()]
+    # Same condition as score(): without a suite or reference no quality values are appended.
+    return labels + (quality_constraint_names(space.m.quality) if judges_quality(space) else [])
+
+
+def score(record: TrialRecord, space: Space, quality: QualityResult | None) -> None:
+    """Objective and constraint values of a measured trial (COMPLETE), or its failure when an
+    objective was not measured."""
+    m = space.m
+    missing = [o.metric for o in m.objectives if o.metric not in record.metrics]
+    if missing:
+        fail(record, Failure(Cause.OBJECTIVE_MISSING,
+                             f"metric {missing[0]!r} was not measured (every request failed?)"))
+        return
+    record.objective_values = [record.metrics[o.metric] for o in m.objectives]
+    constraints = []
+    for metric, op, threshold in space.constraint_exprs():
+        value = record.metrics.get(metric)
+        constraints.append(constraint_value(value, op, threshold) if value is not None else 1.0)
+    if judges_quality(space):
+        constraints += quality_constraint_values(quality, m.quality)
+    record.constraint_values = constraints
+    record.state = TrialState.COMPLETE
+
+
+def fail(record: TrialRecord, failure: Failure) -> None:
+    record.state = TrialState.FAILED
+    record.failure = failure
+
+
+def copy_duplicate(record: TrialRecord, previous: TrialRecord) -> None:
+    """Never re-run an identical config: a failure stays a failure, a result is reused."""
+    record.duplicate_of = previous.number
+    record.command, record.env, record.metrics = previous.command, previous.env, previous.metrics
+    record.quality, record.objective_values = previous.quality, previous.objective_values
+    record.constraint_values = previous.constraint_values
+    if previous.state == TrialState.FAILED or previous.objective_values is None:
+        cause = previous.failure.cause if previous.failure else "failed"
+        fail(record, Failure(cause, f"same config as failed trial #{previous.number}", duplicate_of=previous.number))
+    else:
+        record.state = TrialState.DUPLICATE
