@@ -27,8 +27,8 @@ def _recipe_record() -> TrialRecord:
     config = space.sample(optuna.trial.FixedTrial({k: v for k, v in params.items()}))
     launch = launch_of(space, config, port=41234)
     return TrialRecord(number=1, state=TrialState.COMPLETE, params=config.as_params(), engine=config.engine,
-                       model=config.model, command=launch.command, metrics={"qa.output_tok_s": 51.0,
-                                                                             "uniform_short.output_tok_s": 90.0},
+                       model=config.model, command=launch.command, metrics={"qa.decode_tok_s": 51.0,
+                                                                             "uniform_short.decode_tok_s": 90.0},
                        objective_values=[51.0, 90.0], constraint_values=[0.0])
 
 
@@ -51,7 +51,7 @@ def test_search_best_prints_the_daily_command_and_the_trials_own(tmp_path: Path)
     results = tmp_path / "qwen122b-spark"
     study = optuna.create_study(storage=default_storage(results), study_name=results.name,
                                 directions=["maximize", "maximize"])
-    study.set_user_attr("objectives", [["qa.output_tok_s", "maximize"], ["uniform_short.output_tok_s", "maximize"]])
+    study.set_user_attr("objectives", [["qa.decode_tok_s", "maximize"], ["uniform_short.decode_tok_s", "maximize"]])
     study.set_user_attr("space_source", str(QWEN))
     record = _recipe_record()
     trial = study.ask()
