@@ -119,7 +119,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from search.warmstart import warm_start
 
         warm_url, warm_name = storage_for(args.warm_start, args.warm_storage)
-        queued, added = warm_start(runner.study, optuna.load_study(study_name=warm_name, storage=warm_url))
+        with runner.lock:  # workers that start together queue the earlier study's configs once
+            queued, added = warm_start(runner.study, optuna.load_study(study_name=warm_name, storage=warm_url))
         if queued or added:
             reporter.note(f"warm start from {warm_name}: its top {queued} config(s) run first; {added} of its trials "
                           "inform the sampler")
