@@ -112,7 +112,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     # A real -20% candidate: a regression, with the report in the job summary.
     slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.2 --stretch -- {server}"
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{slow}", ROUNDS="10",
-                                NIGHTLY_ARGS=f"{keep} --min-effect 0.1")
+                                NIGHTLY_ARGS=f"{keep} --min-effect 0.1 --workload single")
     result = night["results"][0]
     report = json.loads((work / "reports" / "nightly-e2e" / "report.json").read_text())
     v = next(v for v in report["verdicts"] if v["metric"] == "single.output_tok_s")
