@@ -87,7 +87,7 @@ async def run_client(base: str, tokens: int, concurrency: int, requests_per_stre
             return [await stream_chat(client, base, payload, "ceiling", 120.0) for _ in range(requests_per_stream)]
 
         async def probe() -> list[float]:
-            out = []
+            out: list[float] = []
             await asyncio.sleep(0.05)
             while not done.is_set() or not out:
                 r = await stream_chat(client, base, probe_payload, "probe", 30.0)

@@ -42,6 +42,7 @@ from bench.common import DATA, REPO, measure_settings, request_for
 from harness import (
     Cause,
     EngineSettings,
+    Measurement,
     MeasureSettings,
     ModelChoice,
     QualityPlan,
@@ -83,6 +84,7 @@ def judged(session: Session, req: RunRequest, plan: QualityPlan) -> QualityResul
     except TrialFailed as exc:
         if exc.failure.cause != Cause.DEGENERATE_OUTPUT or exc.partial is None:
             raise
+        assert isinstance(exc.partial, Measurement)
         measured = exc.partial
     assert measured.quality is not None
     result: QualityResult = measured.quality
@@ -130,7 +132,8 @@ def big(args: argparse.Namespace) -> None:
                                         600.0)
         print(f"reference captured in {time.monotonic() - t0:.0f} s: passes "
               f"{sum(c['passed'] for c in ref.checks)}/{len(ref.checks)} checks", flush=True)
-        plan = [(f"A/A {i + 1} (reference config, fresh server)", "aa", {}, None) for i in range(args.aa)]
+        plan: list[tuple[str, str, dict[str, Any], tuple[str, list[str]] | None]] = [
+            (f"A/A {i + 1} (reference config, fresh server)", "aa", {}, None) for i in range(args.aa)]
         plan += [(label, "damaged" if damage else "change", flags, damage) for label, flags, damage in CONFIGS]
         for i, (label, kind, flags, damage) in enumerate(plan):
             if args.only and args.only not in label:

@@ -32,7 +32,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import optuna
@@ -111,8 +111,8 @@ def load_table(path: Path, metric: str | None = None, level: str | None = None) 
     with path.open() as f:
         rows = list(csv.DictReader(f))
     metric = metric or ("output_tok_s" if "output_tok_s" in rows[0] else "tok_s")
-    concurrency = level or ("concurrency" if "concurrency" in rows[0] else "load")
-    params = [c for c in rows[0] if c not in MEASURE_COLUMNS and c not in (metric, concurrency)]
+    level_col = level or ("concurrency" if "concurrency" in rows[0] else "load")
+    params = [c for c in rows[0] if c not in MEASURE_COLUMNS and c not in (metric, level_col)]
     samples: dict[Config, dict[int, list[float]]] = {}
     failed: set[Config] = set()
     for row in rows:
@@ -124,9 +124,8 @@ def load_table(path: Path, metric: str | None = None, level: str | None = None) 
             continue
         if row.get("repeat") == "-1" or row.get("status") not in (None, "ok"):
             continue
-        level = int(row[concurrency])
-        samples.setdefault(config, {}).setdefault(level, []).append(float(row[metric]))
-    n_levels = len({r[concurrency] for r in rows if r.get(concurrency)})
+        samples.setdefault(config, {}).setdefault(int(row[level_col]), []).append(float(row[metric]))
+    n_levels = len({r[level_col] for r in rows if r.get(level_col)})
     points: dict[Config, dict[int, Point]] = {}
     for config, by_level in samples.items():
         if config in failed:
@@ -135,9 +134,9 @@ def load_table(path: Path, metric: str | None = None, level: str | None = None) 
             failed.add(config)  # a level never measured cleanly: the config did not hold up
             continue
         points[config] = {}
-        for level, values in by_level.items():
+        for lv, values in by_level.items():
             # With 3 repeats a bootstrap CI of the median is [min, max]: stated directly.
-            points[config][level] = Point(statistics.median(values), min(values), max(values), len(values))
+            points[config][lv] = Point(statistics.median(values), min(values), max(values), len(values))
     choices = {p: _ordered({c[i] for c in (*points, *failed)}) for i, p in enumerate(params)}
     known = set(points) | failed
     configs = [c for c in itertools.product(*choices.values()) if c in known]
@@ -222,7 +221,8 @@ def random_points(table: Table, seed: int) -> Run:
     return c.run()
 
 
-def _quiet_study(directions: list[str], sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+def _quiet_study(directions: list[Literal["minimize", "maximize"]],
+                 sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna.create_study(directions=directions, sampler=sampler)
@@ -282,7 +282,7 @@ def table_space(table: Table, seed: int = 0) -> Space:
 
 
 def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: float | None = None,
-               guide: str = "gp") -> Run:
+               guide: Literal["gp", "inner"] = "gp") -> Run:
     """The strategy: make_sampler over server configs, full curves, failures told as failures,
     duplicates drawn again, stop when the space is exhausted (and, with `stop_rule`, when
     nothing is left to win, plus one confirmation start)."""
@@ -295,7 +295,7 @@ def flagsearch(table: Table, seed: int, stop_rule: bool = False, noise_floor: fl
         return tuple(values[p] for p in table.params) in known
 
     study = _quiet_study(["maximize"], make_sampler(space, seed, guide=guide, allowed=allowed,
-                                                    noise_floor=noise_floor))  # type: ignore[arg-type]
+                                                    noise_floor=noise_floor))
     measured: set[Config] = set()
     best: tuple[float, Config] | None = None
     while True:

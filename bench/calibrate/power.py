@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rates: dict[str, float] = res["rates"]  # type: ignore[assignment]
             iv: dict[str, int] = res["independent_verdicts"]  # type: ignore[assignment]
-            k = int(res["independent"])  # type: ignore[arg-type]
+            k = int(res["independent"])  # type: ignore[call-overload]
             hit = rates.get("regressed", 0.0) + rates.get("improved", 0.0) if aa else rates.get("regressed", 0.0)
             hits = iv.get("regressed", 0) + iv.get("improved", 0) if aa else iv.get("regressed", 0)
             bound = (f"false alarm <= {100 * cp_upper(hits, k):.0f}%" if aa
@@ -281,10 +281,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             rates = model_rate(w_all, b_all, n, r, change, a.draws, rng)
             k = round(rates.get("regressed", 0.0) * a.draws)
-            bound = cp_upper(k, a.draws) if change == 0 else cp_lower(k, a.draws)
+            model_bound = cp_upper(k, a.draws) if change == 0 else cp_lower(k, a.draws)
             print(f"| {100 * change:+.0f}% | {n} | {100 * rates.get('regressed', 0.0):.1f} | "
-                  f"{100 * rates.get('improved', 0.0):.1f} | {'<=' if change == 0 else '>='} {100 * bound:.1f}% |")
-            model_rows.append({"change": change, "n": n, "rates": rates, "bound95": bound})
+                  f"{100 * rates.get('improved', 0.0):.1f} | {'<=' if change == 0 else '>='} "
+                  f"{100 * model_bound:.1f}% |")
+            model_rows.append({"change": change, "n": n, "rates": rates, "bound95": model_bound})
     out["model"] = model_rows
     if a.json:
         a.json.write_text(json.dumps(out, indent=1, default=float) + "\n")

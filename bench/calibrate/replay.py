@@ -20,7 +20,7 @@ from search.ab import SequentialPlan
 from search.gate import MetricVerdict
 from search.sequential import compare_errors, compare_quality, sequential_p_threshold, starts_needed
 
-METRIC = "output_tok_s"
+METRIC = "decode_tok_s"
 
 
 def truth(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> MetricVerdict:
@@ -136,15 +136,15 @@ def analyze(paths: list[Path], caps: list[int], runs_list: list[int]) -> str:
 
 
 def errors_table(data: dict[str, Any]) -> str:
-    errs = {}
+    errs: dict[str, list[int]] = {}
     for row in data["starts"]:
         e = errs.setdefault(row["arm"], [0, 0])
         e[0] += row.get("errors", 0)
         e[1] += row.get("requests", 0)
     lines = ["| arm | failed requests | requests | verdict vs A (Fisher, rates) |", "|---|---|---|---|"]
-    for arm, (e, n) in errs.items():
-        v = compare_errors("single.errors", errs["A"][0], errs["A"][1], e, n).verdict if arm != "A" else "-"
-        lines.append(f"| {arm} | {e} | {n} | {v} |")
+    for arm, (failed, n) in errs.items():
+        v = compare_errors("single.errors", errs["A"][0], errs["A"][1], failed, n).verdict if arm != "A" else "-"
+        lines.append(f"| {arm} | {failed} | {n} | {v} |")
     return "\n".join(lines) + "\n"
 
 
@@ -176,7 +176,7 @@ def gpu_replay(path: Path, caps: list[int], runs_list: list[int]) -> str:
             continue
         by_round = starts.setdefault(row["run"], {}).setdefault(row["label"], {})
         cell = by_round.setdefault(int(row["start"]), {"runs": [], "t": []})
-        cell["runs"].append(float(row["tok_s"]))
+        cell["runs"].append(float(row.get("decode_tok_s") or row["tok_s"]))  # the decode window where recorded
         cell["t"].append(float(row["unix_time"]))
     for labels in starts.values():
         for rounds in labels.values():
