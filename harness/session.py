@@ -26,7 +26,8 @@ from harness.roofline import Roofline
 from harness.steady import MeasurePolicy
 from harness.workloads import WorkloadSpec
 
-if TYPE_CHECKING:  # run time: imported where used (harness.reference imports harness.quality)
+if TYPE_CHECKING:  # types only: the quality modules are imported where they are used
+    from harness.quality import QualityModel, QualityResult
     from harness.reference import ReferenceAnswers, ReferenceSpec
 
 Progress = Callable[[str], None]
@@ -199,8 +200,8 @@ class RunRequest:
 class QualityPlan:
     """What the space's `quality:` section asks of every run, with the reference answers."""
 
-    spec: Any  # harness.quality.QualityModel
-    reference: Any = None  # harness.reference.ReferenceAnswers | None
+    spec: QualityModel
+    reference: ReferenceAnswers | None = None
     timeout_s: float = 120.0
 
 
@@ -216,7 +217,7 @@ class Measurement:
     startup: StartupInfo
     fingerprint: dict[str, Any]
     workloads: dict[str, WorkloadMeasurement] = field(default_factory=dict)
-    quality: Any = None  # harness.quality.QualityResult | None
+    quality: QualityResult | None = None
     dialect: str = ""
     # Where the server answers; it stays there while the session keeps it (keep_server), so that a
     # caller can point another client at the very server it measured (bench.external).
@@ -355,7 +356,7 @@ class Session:
             return {}  # it died: the caller sees a dead server and records the crash
 
 
-async def _assess(running: RunningConfig, plan: QualityPlan) -> Any:
+async def _assess(running: RunningConfig, plan: QualityPlan) -> QualityResult:
     from harness.quality import assess
 
     return await assess(running.base_url, await _model_id_of(running.base_url), running.engine.dialect,
