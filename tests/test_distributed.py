@@ -21,19 +21,26 @@ from search.study import RECORD_ATTR
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parent.parent
-# A worker process: imports first, then waits until every worker of the round is ready, then runs
-# `search run` (argv: ready folder, worker count, CLI args). Imports take seconds on a busy machine,
-# so without this the workers would start seconds apart and hide the race.
+# A worker process: imports first; then, each round, waits until every worker is ready and runs
+# `search run` (argv: ready folder, worker count, rounds, CLI args where {round} is the round).
+# Imports take seconds on a busy machine: without the wait the workers would start seconds apart
+# and hide the race; paid once for all rounds, they keep the test short.
 WORKER = """
 import sys, time
 from pathlib import Path
 from search.cli import build_parser, main
 build_parser()  # imports every command's module now
-ready, n = Path(sys.argv[1]), int(sys.argv[2])
-(ready / str(time.time_ns())).touch()
-while len(list(ready.iterdir())) < n:
-    time.sleep(0.001)
-sys.exit(main(sys.argv[3:]))
+root, n, rounds = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+codes = []
+for r in range(rounds):
+    ready = root / str(r)
+    ready.mkdir(exist_ok=True)
+    (ready / str(time.time_ns())).touch()
+    while len(list(ready.iterdir())) < n:
+        time.sleep(0.001)
+    codes.append(main([a.replace("{round}", str(r)) for a in sys.argv[4:]]))
+    print(f"round {r} exit {codes[-1]}", flush=True)
+sys.exit(max(codes))
 """
 
 
@@ -66,13 +73,14 @@ def llamacpp_space(tmp: Path) -> Path:
     return path
 
 
-def start_together(n: int, args: list[str], tmp: Path, results: Callable[[int], Path],
+def start_together(n: int, args: list[str], tmp: Path, results: Callable[[int], Path], rounds: int = 1,
                    ok: Callable[[int, str], bool] = lambda rc, _: rc == 0) -> list[str]:
-    """Run n `search run` workers that begin at the same instant; their outputs, after all ended."""
+    """Run n `search run` workers that begin each round at the same instant; their outputs, after
+    all ended. `{round}` in args and results folders is replaced by the round's number."""
     ready = tmp / f"ready-{uuid.uuid4().hex[:6]}"
     ready.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(ready), str(n), *args, "--results",
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(ready), str(n), str(rounds), *args, "--results",
                                  str(results(i))], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True) for i in range(n)]
     outputs = [w.communicate(timeout=900)[0] for w in workers]
@@ -131,20 +139,22 @@ def failing_engine_space(tmp: Path) -> Path:
 def test_workers_started_at_the_same_instant_never_exceed_the_budget(tmp_path: Path, backend: str,
                                                                       request: pytest.FixtureRequest) -> None:
     space = failing_engine_space(tmp_path)
-    workers, budget = 5, 7
-    for round_ in range(3):
-        study = f"race-{uuid.uuid4().hex[:8]}"
-        # SQLite: a fresh file each round, so that the workers also race to create its tables.
-        url = request.getfixturevalue("postgres_url") if backend == "postgresql" else \
-            f"sqlite:///{tmp_path / f'race-{round_}.db'}"
-        outputs = start_together(workers, ["run", str(space), "--storage", url, "--study", study, "--trials",
-                                           str(budget), "--quiet", "--no-confirm"], tmp_path,
-                                 lambda i, r=round_: tmp_path / f"r{r}-w{i}",
-                                 ok=lambda rc, out: rc == 0 or (rc == 1 and "no feasible config" in out))
-        trials = optuna.load_study(study_name=study, storage=url).get_trials(deepcopy=False)
+    workers, budget, rounds = 5, 7, 5
+    tag = uuid.uuid4().hex[:8]
+    # SQLite: a fresh file each round, so that the workers also race to create its tables.
+    url = request.getfixturevalue("postgres_url") if backend == "postgresql" else \
+        f"sqlite:///{tmp_path / 'race-{round}.db'}"
+    outputs = start_together(workers, ["run", str(space), "--storage", url, "--study", f"race-{tag}-{{round}}",
+                                       "--trials", str(budget), "--quiet", "--no-confirm"], tmp_path,
+                             lambda i: tmp_path / f"w{i}-{{round}}", rounds,
+                             ok=lambda rc, out: rc == 0 or (rc == 1 and "no feasible config" in out))
+    for round_ in range(rounds):
+        here = url.replace("{round}", str(round_))
+        trials = optuna.load_study(study_name=f"race-{tag}-{round_}", storage=here).get_trials(deepcopy=False)
         states = [(t.number, t.state.name, t.user_attrs.get(BUDGET_ATTR, True)) for t in trials]
-        assert counted_trials(optuna.load_study(study_name=study, storage=url)) == budget, (states, outputs)
+        assert counted_trials(optuna.load_study(study_name=f"race-{tag}-{round_}", storage=here)) == budget, \
+            (round_, states, outputs)
         # Nothing beyond the budget was even started: no skipped or duplicate trial either.
-        assert len(trials) == budget and all(t.state.is_finished() for t in trials), states
-        assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1, states
+        assert len(trials) == budget and all(t.state.is_finished() for t in trials), (round_, states)
+        assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1, (round_, states)
         assert len({repr(sorted(t.params.items())) for t in trials}) == budget, "a config ran twice"
