@@ -73,7 +73,7 @@ case "$mode" in
   calib)
     OUTF="${CALIB_OUT:-gpu_calib_live.json}"
     timeout "$(( $(left) - ${START_MARGIN_S:-25} ))" python3 -m bench.calibrate measure \
-      --space bench/gpu/llamacpp-h100.yaml --out "$OUT/$OUTF" \
+      --space "${CALIB_SPACE:-bench/gpu/llamacpp-h100.yaml}" --out "$OUT/$OUTF" \
       --minutes "$(( ($(left) - ${START_MARGIN_S:-25} - 90) / 60 ))" ${CALIB_ARGS:-} 2>&1 | tee "$OUT/calib.log"
     ;;
   *)
