@@ -6,16 +6,16 @@ FLAGSEARCH_HOME; a missing one is a setup error, reported as such, never a silen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from harness import setup_paths
-from harness.engines import EngineSettings, ModelChoice, get_engine
-from harness.launch import get_launcher, wait_ready
+from harness import EngineSettings, ModelChoice, RunRequest, Session, setup_paths
 from harness.launch.base import Server
-from search.study import free_port
+from harness.session import ServerPool
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
             "VLLM_CACHE_ROOT": str(setup_paths.home() / "cache" / "vllm"),
@@ -47,24 +47,66 @@ def smollm2_gguf() -> ModelChoice:
     return ModelChoice(name="smollm2-135m-q4_1", path=str(require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")))
 
 
-def start_vllm(tmp: Path, flags: dict[str, object], env: dict[str, str] | None = None) -> Server:
-    """A real vLLM-CPU server with SmolLM2 (eager: ~30 s to ready). Caller stops it."""
-    engine = get_engine("vllm")
-    spec = engine.build_launch(vllm_settings(), smollm2_hf(), {"max_model_len": 2048, "enforce_eager": True,
-                                                                "served_model_name": "smollm2", **flags},
-                               env or {}, free_port())
-    server = get_launcher("process").start(spec, tmp / "vllm.log")
-    try:
-        wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+def llama_settings(**overrides: object) -> EngineSettings:
+    binary = str(require(setup_paths.llama_server(), "llama-server"))
+    base = dict(name="llamacpp", dialect="llamacpp", command=(binary,), ready_timeout_s=60.0)
+    base.update(overrides)
+    return EngineSettings(**base)  # type: ignore[arg-type]
+
+
+def llama_request(log_dir: Path, fresh: bool = False, **flags: object) -> RunRequest:
+    """A llama-server with SmolLM2 Q4_1 (starts in about a second), run through the door."""
+    return RunRequest(llama_settings(), smollm2_gguf(), {"ctx_size": 2048, "parallel": 2, "threads": 1,
+                                                          "alias": "smollm2", **flags}, {}, log_dir, fresh=fresh)
+
+
+def vllm_request(log_dir: Path, flags: dict[str, object], env: dict[str, str] | None = None) -> RunRequest:
+    """A vLLM-CPU server with SmolLM2 (eager: ~30 s to ready), run through the door."""
+    return RunRequest(vllm_settings(), smollm2_hf(), {"max_model_len": 2048, "enforce_eager": True,
+                                                      "served_model_name": "smollm2", **flags}, env or {}, log_dir)
+
+
+@contextmanager
+def start_vllm(tmp: Path, flags: dict[str, object], env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A real vLLM-CPU server with SmolLM2, started by the door's pool (the same start, failure
+    classification and fingerprint as every trial), for tests that talk to it themselves."""
+    with ServerPool() as pool:
+        running, _ = pool.acquire(vllm_request(tmp, flags, env))
+        yield running.server
 
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One plain vLLM-CPU server (eager, prefix caching on) shared by the whole session."""
-    server = start_vllm(tmp_path_factory.mktemp("vllm"), {"enable_prefix_caching": True})
-    yield server
-    server.stop()
+    with start_vllm(tmp_path_factory.mktemp("vllm"), {"enable_prefix_caching": True}) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """One door for the whole test session: runs of an equal llama_request reuse its server."""
+    with Session() as session:
+        yield session
+
+
+SpaceFactory = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def space_doc() -> SpaceFactory:
+    """The one space builder for tests: a small llama-server space (SmolLM2 Q4_1), any top-level
+    key replaced by a keyword (params=..., workloads=..., budget=...)."""
+    def make(**overrides: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "name": "test",
+            "engines": {"llamacpp": {"command": [str(require(setup_paths.llama_server(), "llama-server"))],
+                                     "args": {"ctx_size": 2048, "alias": "smollm2"}, "ready_timeout_s": 60}},
+            "models": [{"name": "smollm2", "path": str(smollm2_gguf().path)}],
+            "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
+            "measure": {"repeats": 1, "request_timeout_s": 30},
+            "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
+            "quality": {"suite": None},
+            "objectives": [{"metric": "w.output_tok_s"}],
+        }
+        return {**doc, **overrides}
+    return make

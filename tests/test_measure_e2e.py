@@ -100,13 +100,10 @@ def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_server: Server) -> N
 def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
     flags = {"speculative_method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}
-    server = start_vllm(tmp_path, dict(flags))
-    try:
+    with start_vllm(tmp_path, dict(flags)) as server:
         item = Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 64)
         wm = measure(server, WorkloadSpec("spec", ("rep",), items=(item,)), repeats=1, warmup=False,
                      expectations_for=flags)
-    finally:
-        server.stop()
     assert wm.errors == 0 and wm.placebo == []
     s = wm.samples[0]
     assert s.server["spec_drafts"] > 0 and s.server["spec_accepted_tokens"] > 0

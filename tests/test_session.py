@@ -1,0 +1,94 @@
+"""The one door, harness.Session.run, driven directly on a real llama-server (SmolLM2 Q4_1, about a
+second to start): a kept server is reused for an equal request, `fresh` always starts anew, a server
+that dies or freezes while it is measured is a classified TrialFailed (and the next run starts a new
+one), and a start that fails is LaunchFailed with the engine's cause. Faults are injected with
+signals to the real server process (the pool's handle on it is the only way to reach it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import llama_request
+
+from harness import Cause, LaunchFailed, MeasureSettings, Session, TrialFailed
+from harness.workloads import WorkloadSpec
+
+pytestmark = pytest.mark.e2e
+
+SHORT = [WorkloadSpec("w", ("qa",), max_tokens=8)]
+ONE = MeasureSettings(repeats=1, warmup=False, request_timeout_s=30.0)
+
+
+def test_an_equal_request_reuses_the_kept_server(llama_session: Session, tmp_path: Path) -> None:
+    starts = llama_session.starts
+    first = llama_session.run(llama_request(tmp_path), SHORT, ONE)
+    again = llama_session.run(llama_request(tmp_path), SHORT, ONE)
+    assert again.reused_server and again.ready_s == 0.0
+    assert again.base_url == first.base_url and again.command == first.command
+    assert llama_session.starts <= starts + 1  # the first may itself reuse an earlier test's server
+    assert again.workloads["w"].summary["output_tok_s"].median > 0
+    other = llama_session.run(llama_request(tmp_path, threads=2), SHORT, ONE)  # another config: a new start
+    assert not other.reused_server and other.base_url != first.base_url and other.ready_s > 0
+
+
+def test_fresh_always_starts_anew(llama_session: Session, tmp_path: Path) -> None:
+    llama_session.run(llama_request(tmp_path), SHORT, ONE)
+    starts = llama_session.starts
+    fresh = llama_session.run(llama_request(tmp_path, fresh=True), SHORT, ONE)
+    assert not fresh.reused_server and fresh.ready_s > 0 and llama_session.starts == starts + 1
+    assert " -t 1 " in fresh.command and fresh.fingerprint
+
+
+def _signal_during_measurement(session: Session, sig: signal.Signals) -> threading.Timer:
+    running = session.pool.running
+    assert running is not None
+    pids = running.server.owned_pids()
+    assert pids
+    timer = threading.Timer(0.5, lambda: [os.kill(pid, sig) for pid in pids])
+    timer.start()
+    return timer
+
+
+def test_a_server_that_dies_while_measured_is_a_classified_crash(tmp_path: Path) -> None:
+    long = [WorkloadSpec("w", ("qa",) * 2, max_tokens=2000)]
+    with Session() as session:
+        session.run(llama_request(tmp_path / "a"), SHORT, ONE)  # started and kept
+        timer = _signal_during_measurement(session, signal.SIGKILL)
+        with pytest.raises(TrialFailed) as info:
+            session.run(llama_request(tmp_path / "a"), long, ONE)
+        timer.join()
+        assert info.value.failure.cause == Cause.CRASHED_AFTER_READY, info.value.failure
+        assert session.pool.running is None  # the dead server is not kept
+        after = session.run(llama_request(tmp_path / "a"), SHORT, ONE)  # the next run starts a new one
+        assert not after.reused_server and after.workloads["w"].errors == 0
+
+
+def test_a_frozen_server_is_unresponsive_and_stopped(tmp_path: Path) -> None:
+    """Frozen mid-run, the run's request times out and is counted as an error (never a clean
+    result); a kept server that no longer answers at all is UNRESPONSIVE, stopped, not reused."""
+    frozen = MeasureSettings(repeats=1, warmup=False, request_timeout_s=2.0)
+    long = [WorkloadSpec("w", ("qa",), max_tokens=2000)]
+    with Session() as session:
+        session.run(llama_request(tmp_path / "f"), SHORT, ONE)
+        timer = _signal_during_measurement(session, signal.SIGSTOP)
+        measured = session.run(llama_request(tmp_path / "f"), long, frozen)
+        timer.join()
+        assert measured.workloads["w"].errors_by_kind.get("timeout") == 1
+        running = session.pool.running
+        assert running is not None and running.alive()  # still frozen, still kept
+        with pytest.raises(TrialFailed) as info:
+            session.run(llama_request(tmp_path / "f"), SHORT, frozen)
+        assert info.value.failure.cause == Cause.UNRESPONSIVE, info.value.failure
+        assert session.pool.running is None and not running.alive()  # stopped, not left frozen
+
+
+def test_a_start_that_fails_is_launch_failed_with_the_engines_cause(tmp_path: Path) -> None:
+    with Session() as session, pytest.raises(LaunchFailed) as info:
+        # a quantized V cache without flash attention: llama-server refuses to start
+        session.run(llama_request(tmp_path, flash_attn="off", cache_type_v="q8_0"), SHORT, ONE)
+    assert info.value.cause == "bad_flag" and "flash_attn" in info.value.detail
+    assert session.starts == 1 and session.pool.running is None
