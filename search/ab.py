@@ -275,7 +275,7 @@ def deciding_line(exc: LaunchFailed) -> str:
 
 
 # Reported next to the gated metrics (never decide the exit code unless asked for with --metric).
-REPORTED = ("output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s")
+REPORTED = ("decode_tok_s", "output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s")
 
 
 def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float = DEFAULT_MIN_EFFECT,

@@ -22,7 +22,7 @@ from search.gate import compare
 def test_parse_hardware_and_prerequisites() -> None:
     c = parse_claim("+24% tok/s on B200 needs FlashInfer CUTLASS MoE; fp4 GEMM")
     assert (c.metric_leaf, round(c.ratio, 3), c.hardware, c.needs) == (
-        "output_tok_s", 1.24, "B200", ("FlashInfer CUTLASS MoE", "fp4 GEMM"))
+        "decode_tok_s", 1.24, "B200", ("FlashInfer CUTLASS MoE", "fp4 GEMM"))
     plain = parse_claim("-10% ttft")
     assert (plain.hardware, plain.needs, round(plain.ratio, 3)) == (None, (), 0.9)
     assert parse_claim("1.93x on H100 SXM").hardware == "H100 SXM"
