@@ -156,7 +156,7 @@ def sequential_stop(plan: SequentialPlan) -> StopRule:
         run.looks = list(plan.looks)
         if run.rounds_done < plan.min_rounds:
             return None
-        each = family_alpha(plan.alpha, len(family(run, list(plan.metrics))))
+        each = family_alpha(plan.alpha, family_size(run, list(plan.metrics)))
         verdicts = [verdict_for(run, m, plan.min_effect, each, plan.looks) for m in plan.metrics]
         if all(settled(v) for v in verdicts):
             return (f"settled after {run.rounds_done} rounds: "
@@ -286,7 +286,7 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     shown = [f"{w}.{leaf}" for w in workloads for leaf in REPORTED] + ["startup.ready_s"]
     verdicts = []
     looks = tuple(run.looks) or None
-    each = family_alpha(alpha, len(names) + (1 if run.a.quality_starts and run.b.quality_starts else 0))
+    each = family_alpha(alpha, family_size(run, gated))
     for metric in names + [m for m in shown if m not in names]:
         is_gated = metric in names
         if metric not in run.a.samples and metric not in run.b.samples:
@@ -324,6 +324,12 @@ def family(run: ABRun, gated: list[str]) -> list[str]:
     names = list(dict.fromkeys(gated))
     workloads = sorted({m.split(".", 1)[0] for m in (*run.a.samples, *gated) if "." in m} - {"startup"})
     return names + [f"{w}.errors" for w in workloads if f"{w}.errors" not in names]
+
+
+def family_size(run: ABRun, gated: list[str]) -> int:
+    """How many verdicts share the run's false-alarm budget: the gated metrics, every workload's error
+    rate, and quality where both sides were checked. The stop rule and the report count the same."""
+    return len(family(run, gated)) + (1 if run.a.quality_starts and run.b.quality_starts else 0)
 
 
 def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
