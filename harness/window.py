@@ -62,7 +62,8 @@ def token_times(r: RequestResult) -> list[float]:
 def _segments(spans: Sequence[tuple[float, float]]) -> tuple[int, list[tuple[float, float]]]:
     """(most spans open at once, the stretches of time in which that many are open)."""
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
-    level, top, segments, opened = 0, 0, [], None
+    level, top, opened = 0, 0, None
+    segments: list[tuple[float, float]] = []
     for t, step in events:
         if step < 0 and level == top and opened is not None and t > opened:
             segments.append((opened, t))

@@ -344,7 +344,7 @@ def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]
 
     passed_a, passed_b = by_check(starts_a), by_check(starts_b)
     test = compare_quality(passed_a, passed_b, alpha)
-    scores = [[q.get("score") for q in starts if q.get("score") is not None] for starts in (starts_a, starts_b)]
+    scores = [[float(q["score"]) for q in starts if q.get("score") is not None] for starts in (starts_a, starts_b)]
     return {"suite": starts_a[0].get("suite"),
             "score_a": min(scores[0]) if scores[0] else None, "score_b": min(scores[1]) if scores[1] else None,
             "starts_a": len(starts_a), "starts_b": len(starts_b), "failed_b_only": test["lost"], "test": test}
