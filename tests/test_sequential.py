@@ -4,11 +4,13 @@ errors judged as rates, quality as a test on checks, and the stop rule of an int
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.gate import MetricVerdict
 from search.sequential import (
     BOUNDARIES,
     _simulate_paired,
@@ -34,9 +36,15 @@ def sequential_verdict(rng: np.random.Generator, ratio: float, looks: tuple[int,
                        between: float = 0.02, within: float = 0.01) -> tuple[str, int]:
     a = draw(rng, looks[-1], 2, 100.0, between, within)
     b = draw(rng, looks[-1], 2, 100.0 * ratio, between, within)
+    return first_settled(lambda n: compare_starts(METRIC, a[:n], b[:n], looks=looks if threshold_looks else None),
+                         looks)
+
+
+def first_settled(judge: Callable[[int], MetricVerdict], looks: tuple[int, ...]) -> tuple[str, int]:
+    """The sequential run: the verdict at the first look that settles it, else at the last look."""
     v = None
     for n in looks:
-        v = compare_starts(METRIC, a[:n], b[:n], looks=looks if threshold_looks else None)
+        v = judge(n)
         if settled(v):
             return v.verdict, n
     assert v is not None
@@ -138,13 +146,7 @@ def drifting_rounds(rng: np.random.Generator, rounds: int, ratio: float, shared:
 def paired_sequential(rng: np.random.Generator, ratio: float, looks: tuple[int, ...], shared: float,
                       per_start: float, alpha: float = 0.02) -> tuple[str, int]:
     a, b = drifting_rounds(rng, looks[-1], ratio, shared, per_start)
-    v = None
-    for n in looks:
-        v = compare_paired(METRIC, a[:n], b[:n], looks=looks, alpha=alpha)
-        if settled(v):
-            return v.verdict, n
-    assert v is not None
-    return v.verdict, looks[-1]
+    return first_settled(lambda n: compare_paired(METRIC, a[:n], b[:n], looks=looks, alpha=alpha), looks)
 
 
 def test_paired_sequential_false_alarms_stay_at_alpha_over_two_under_drift() -> None:
