@@ -85,11 +85,36 @@ def start_llama(tmp: Path, model: Path, flags: dict[str, Any]) -> Iterator[Serve
         yield running.server
 
 
+class _SharedVllm:
+    """The session's plain vLLM-CPU server, started on first use and started again if it died: an
+    in-process CLI test whose error path stops every server this process started (reaper.stop_all)
+    also stops this one, and the tests after it must not inherit a dead server."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.pool, self.server = tmp, ServerPool(), None
+
+    def get(self) -> Server:
+        if self.server is None or self.server.returncode() is not None:
+            self.pool.release()
+            running, _ = self.pool.acquire(vllm_request(self.tmp / f"start{self.pool.starts}",
+                                                        {"enable_prefix_caching": True}))
+            self.server = running.server
+        return self.server
+
+
 @pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def _vllm_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_SharedVllm]:
+    shared = _SharedVllm(tmp_path_factory.mktemp("vllm"))
+    try:
+        yield shared
+    finally:
+        shared.pool.release()
+
+
+@pytest.fixture
+def vllm_server(_vllm_shared: _SharedVllm) -> Server:
     """One plain vLLM-CPU server (eager, prefix caching on) shared by the whole session."""
-    with start_vllm(tmp_path_factory.mktemp("vllm"), {"enable_prefix_caching": True}) as server:
-        yield server
+    return _vllm_shared.get()
 
 
 @pytest.fixture(scope="session")
