@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,8 +29,18 @@ lock.release()
 def holder(url: str, hold_s: float) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, url, str(hold_s)], cwd=ROOT, stdout=subprocess.PIPE,
                             text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "trying"
+    assert line(proc) == "trying"
     return proc
+
+
+def line(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> str:
+    """The process's next output line, read through the pipe's one buffer (communicate() after a
+    readline() misses what readline already buffered); '' if none comes within timeout_s."""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline() if proc.stdout else ""), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return got[0].strip() if got else ""
 
 
 def test_a_second_worker_waits_until_the_first_releases(tmp_path: Path) -> None:
@@ -41,16 +52,15 @@ def test_a_second_worker_waits_until_the_first_releases(tmp_path: Path) -> None:
     assert other.poll() is None, "the other worker took a held lock"
     lock.release()
     lock.release()  # releasing twice is harmless: the loop releases early, then again at the end
-    out, _ = other.communicate(timeout=60)
-    assert other.returncode == 0 and out.strip() == "held"
+    assert line(other) == "held" and other.wait(timeout=60) == 0
 
 
 def test_a_worker_killed_holding_the_lock_does_not_block_the_others(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     dead = holder(url, 600)
-    assert dead.stdout is not None and dead.stdout.readline().strip() == "held"
+    assert line(dead) == "held"
     dead.send_signal(signal.SIGKILL)
     dead.wait(timeout=30)
     after = holder(url, 0)
-    out, _ = after.communicate(timeout=60)  # times out if the dead worker's lock outlived it
-    assert after.returncode == 0 and out.strip() == "held"
+    assert line(after) == "held", "the dead worker's lock outlived it"
+    assert after.wait(timeout=60) == 0
