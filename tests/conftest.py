@@ -6,11 +6,14 @@ FLAGSEARCH_HOME; a missing one is a setup error, reported as such, never a silen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
 import pytest
 
 from harness import EngineSettings, ModelChoice, RunRequest, Session, setup_paths
@@ -145,3 +148,25 @@ def space_doc() -> SpaceFactory:
         }
         return {**doc, **overrides}
     return make
+
+
+TEST_IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+
+
+@contextmanager
+def docker_engine() -> Iterator[docker.DockerClient]:
+    """The engine DOCKER_HOST names, else the one scripts/dockerd.sh starts under FLAGSEARCH_HOME,
+    with the test image present; a missing engine is a setup error, never a skip."""
+    sock = setup_paths.home() / "docker" / "docker.sock"
+    if "DOCKER_HOST" not in os.environ and sock.exists():
+        os.environ["DOCKER_HOST"] = f"unix://{sock}"
+    try:
+        c = docker.from_env(timeout=60)
+        c.ping()
+        c.images.get(TEST_IMAGE)
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
+    try:
+        yield c
+    finally:
+        c.close()

@@ -4,35 +4,26 @@ without a pull, and an `image-script:` build runs a real `docker build` once per
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
-from harness import setup_paths
 from harness.build_images import resolve_image
 from harness.builds import ensure_build, parse_build, pinned_text
+from tests.conftest import TEST_IMAGE, docker_engine
 from tests.test_builds import git
 
 pytestmark = pytest.mark.docker
 
-IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+IMAGE = TEST_IMAGE
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    sock = setup_paths.home() / "docker" / "docker.sock"
-    if "DOCKER_HOST" not in os.environ and sock.exists():
-        os.environ["DOCKER_HOST"] = f"unix://{sock}"
-    try:
-        c = docker.from_env(timeout=60)
-        c.images.get(IMAGE)
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
-    yield c
-    c.close()
+    with docker_engine() as c:
+        yield c
 
 
 def test_a_locally_built_image_is_pinned_to_its_id_without_a_pull(client: docker.DockerClient) -> None:

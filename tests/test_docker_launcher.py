@@ -20,28 +20,19 @@ from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
 from harness.launch.spec import LaunchSpec
 from search.study import free_port
+from tests.conftest import TEST_IMAGE, docker_engine
 
 pytestmark = pytest.mark.docker
 
-IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+IMAGE = TEST_IMAGE
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    """The engine DOCKER_HOST names, else the one scripts/dockerd.sh starts under FLAGSEARCH_HOME."""
-    sock = setup_paths.home() / "docker" / "docker.sock"
-    if "DOCKER_HOST" not in os.environ and sock.exists():
-        os.environ["DOCKER_HOST"] = f"unix://{sock}"
-    try:
-        c = docker.from_env(timeout=60)
-        c.ping()
-        c.images.get(IMAGE)
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
-    yield c
-    # Nothing of ours is left behind by any test of this module.
-    assert leftover_containers(c, owner_pid=str(os.getpid())) == []
-    c.close()
+    with docker_engine() as c:
+        yield c
+        # Nothing of ours is left behind by any test of this module.
+        assert leftover_containers(c, owner_pid=str(os.getpid())) == []
 
 
 def llama_settings(**overrides: object) -> EngineSettings:
