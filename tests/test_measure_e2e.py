@@ -73,7 +73,8 @@ def test_usage_counts_match_the_servers_counters_and_placebo_flags(vllm_server: 
     # Speculative decoding "requested" but not active: flagged; prefix caching is active: not flagged.
     assert len(wm.placebo) == 1
     assert wm.placebo[0].startswith("speculative_decoding:") and "placebo" in wm.placebo[0]
-    assert wm.summary["decode_steps_s"].median == wm.summary["decode_tok_s"].median  # 1 token per step
+    # decode_steps_s is per stream (decode_tok_s is the whole window): one token per step, so equal.
+    assert wm.summary["decode_steps_s"].median == wm.summary["stream_decode_tok_s"].median
     assert wm.summary["output_tok_s"].n == 2 and len(wm.summary["output_tok_s"].values) == 2
 
 
