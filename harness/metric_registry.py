@@ -61,6 +61,12 @@ _DEFS = [
     MetricDef("server_vs_usage_tokens", "ratio", None),
     MetricDef("preemptions", "count", "lower", "sum"),
     MetricDef("ready_s", "s", "lower", meaning="server start to ready"),
+    # capacity.* (harness/capacity.py) and kv.* (the engine's startup log)
+    MetricDef("concurrency", "streams", "higher", meaning="highest concurrency whose latency stays within the SLO"),
+    MetricDef("steps", "count", None, "sum", meaning="load steps the capacity search measured"),
+    MetricDef("cache_tokens", "tok", "higher", meaning="KV-cache capacity in tokens (startup log)"),
+    MetricDef("max_sequences", "seqs", "higher", meaning="sequences at the engine's per-request context"),
+    MetricDef("sequences", "seqs", "higher", meaning="sequences of measure.kv_context_tokens the KV cache holds"),
     MetricDef("elapsed_s", "s", "lower"),
     # quality.*: scores up, distances down
     MetricDef("score", "fraction", "higher", meaning="share of quality checks passed"),

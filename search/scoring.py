@@ -3,22 +3,51 @@ constraints (<= 0 feasible), or the failure (search/study.py tells them)."""
 
 from __future__ import annotations
 
+from harness.capacity import CapacityResult, Slo, find_capacity
+from harness.engines import get_engine
 from harness.failure import Cause, Failure
 from harness.quality import QualityResult, quality_metrics
 from harness.quality import constraint_names as quality_constraint_names
 from harness.quality import constraint_values as quality_constraint_values
-from harness.session import Measurement, MeasureSettings
+from harness.session import Measurement, MeasureSettings, RunRequest, Session
 from search.results import TrialRecord, TrialState
 from search.space import Space, constraint_value
 
 
 def measure_settings(space: Space) -> MeasureSettings:
     m = space.m.measure
-    leaf = space.m.objectives[0].metric.rpartition(".")[2]
+    metric = space.m.objectives[0].metric
+    measured = metric.partition(".")[0].partition("@")[0] in {w.name for w in space.m.workloads}
+    # An objective that is no workload's per-run value (capacity, quality, kv) watches the default.
+    leaf = metric.rpartition(".")[2] if measured else "decode_tok_s"
     return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
 
 
-def fill(record: TrialRecord, measured: Measurement, first: bool = True) -> None:
+def slo_of(space: Space) -> Slo | None:
+    s = space.m.slo
+    if s is None:
+        return None
+    return Slo(s.limits(), s.max_error_rate, s.start_concurrency, s.max_concurrency, s.resolution, s.max_steps)
+
+
+def capacity_of(session: Session, request: RunRequest, space: Space, progress: object) -> CapacityResult:
+    """The config's capacity under the space's SLO, on its running server (harness/capacity.py)."""
+    slo = slo_of(space)
+    assert slo is not None and space.m.slo is not None
+    name = space.m.slo.workload or space.m.workloads[0].name
+    spec = next(w for w in space.workload_specs() if w.name == name)
+    return find_capacity(session, request, spec, slo, measure_settings(space), progress)  # type: ignore[arg-type]
+
+
+def fill_capacity(record: TrialRecord, result: CapacityResult) -> None:
+    """capacity.* metrics, the curve in result.json (record.workloads["capacity"])."""
+    record.metrics.update(result.metrics())
+    record.workloads["capacity"] = result.to_dict()
+    if result.failure:
+        record.warnings.append(f"capacity search stopped: {result.failure}")
+
+
+def fill(record: TrialRecord, measured: Measurement, first: bool = True, kv_context: int | None = None) -> None:
     """Add one run's results to the record (a trial runs once per load point)."""
     if first:
         record.command, record.env, record.log_path = measured.command, measured.env, measured.log_path
@@ -38,6 +67,23 @@ def fill(record: TrialRecord, measured: Measurement, first: bool = True) -> None
     # Per workload (and load point) only: the curve summaries are added after the last point.
     record.metrics["errors"] = sum(v for k, v in record.metrics.items() if k.endswith(".errors"))
     record.metrics["startup.ready_s"] = record.ready_s or 0.0
+    if first:
+        record.metrics.update(kv_metrics(measured, kv_context))
+
+
+def kv_metrics(measured: Measurement, context_tokens: int | None) -> dict[str, float]:
+    """KV-cache capacity from the engine's startup log: kv.cache_tokens, kv.max_sequences (the
+    engine's own figure at its per-request context) and kv.sequences at `context_tokens`."""
+    info, out = measured.startup, {}
+    if info.kv_cache_tokens:
+        out["kv.cache_tokens"] = float(info.kv_cache_tokens)
+    if info.max_concurrency:
+        out["kv.max_sequences"] = float(info.max_concurrency)
+    if context_tokens and measured.dialect:
+        seqs = get_engine(measured.dialect).kv_sequences(info, context_tokens)
+        if seqs is not None:
+            out["kv.sequences"] = seqs
+    return out
 
 
 def judges_quality(space: Space) -> bool:

@@ -249,6 +249,8 @@ class MeasureModel(Strict):
     # Re-measure the default on a fresh start after every N counted trials (0: never): the study's
     # own start-to-start noise, reported with the results (search/noise.py).
     noise_every: int = Field(default=0, ge=0)
+    # kv.sequences: how many sequences of this many tokens the KV cache holds at once (startup log).
+    kv_context_tokens: int | None = Field(default=None, ge=1)
 
     def policy(self, metric: str = "decode_tok_s") -> MeasurePolicy:
         """The measurement policy for one workload; `metric` is the per-run value it watches (the
@@ -259,6 +261,43 @@ class MeasureModel(Strict):
                              stall_factor=self.stall_factor, max_remeasure=self.max_remeasure,
                              target_ci=self.target_ci, max_repeats=max(self.max_repeats, self.repeats),
                              time_cap_s=self.time_cap_s)
+
+
+class SloModel(Strict):
+    """The latency target of the `capacity` objective (harness/capacity.py): the highest concurrency
+    whose latency percentiles stay within these limits, found per config by doubling then bisecting
+    the load on its running server. Metrics: capacity.concurrency (the objective `capacity`),
+    capacity.output_tok_s and capacity.<limit> at that load; the curve is in the trial's result.json."""
+
+    workload: str | None = None  # the workload whose load is searched (default: the first)
+    ttft_p50_s: float | None = Field(default=None, gt=0)
+    ttft_p90_s: float | None = Field(default=None, gt=0)
+    ttft_p99_s: float | None = Field(default=None, gt=0)
+    itl_p50_s: float | None = Field(default=None, gt=0)
+    itl_p90_s: float | None = Field(default=None, gt=0)
+    itl_p99_s: float | None = Field(default=None, gt=0)
+    tpot_p90_s: float | None = Field(default=None, gt=0)
+    e2e_p90_s: float | None = Field(default=None, gt=0)
+    max_error_rate: float = Field(default=0.0, ge=0, lt=1)  # failed requests a step may have
+    start_concurrency: int = Field(default=1, ge=1)
+    max_concurrency: int = Field(default=64, ge=1)
+    resolution: float = Field(default=0.1, ge=0, lt=1)  # bisect until the gap is this share of the load
+    max_steps: int = Field(default=10, ge=2, le=30)
+
+    def limits(self) -> dict[str, float]:
+        return {k: v for k, v in self.model_dump().items() if k.endswith("_s") and v is not None}
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> SloModel:
+        if not self.limits():
+            raise ValueError("give at least one latency limit, e.g. ttft_p90_s: 2.0")
+        if self.start_concurrency > self.max_concurrency:
+            raise ValueError(f"start_concurrency ({self.start_concurrency}) > max_concurrency "
+                             f"({self.max_concurrency})")
+        return self
+
+
+CAPACITY = "capacity.concurrency"  # the objective `capacity` stands for this metric
 
 
 class ObjectiveModel(Strict):
@@ -313,7 +352,17 @@ class SpaceModel(Strict):
     confirm: ConfirmModel = ConfirmModel()
     queue: list[QueuedModel] = []
     device: DeviceModel | None = None
+    slo: SloModel | None = None
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _objective_names(cls, data: Any) -> Any:
+        """`objectives: [capacity, w.decode_tok_s]`: a bare name is {metric: name}, maximized."""
+        if isinstance(data, dict) and isinstance(data.get("objectives"), list):
+            data = {**data, "objectives": [{"metric": CAPACITY if o == "capacity" else o} if isinstance(o, str)
+                                           else o for o in data["objectives"]]}
+        return data
 
     @model_validator(mode="after")
     def _cross_checks(self) -> SpaceModel:
@@ -367,5 +416,10 @@ class SpaceModel(Strict):
             if not CONSTRAINT.match(expr):
                 raise ValueError(f"constraints: cannot read {expr!r}; write 'metric <= number' "
                                  "(operators <=, <, >=, >, ==)")
+        uses = [o.metric for o in self.objectives] + [e for e in self.constraints]
+        if self.slo is None and any(u.strip().startswith("capacity.") for u in uses):
+            raise ValueError("the capacity objective needs an `slo:` block (e.g. slo: {ttft_p90_s: 2.0})")
+        if self.slo is not None and self.slo.workload is not None and self.slo.workload not in wnames:
+            raise ValueError(f"slo.workload: {self.slo.workload!r} is not a workload ({', '.join(wnames)})")
         return self
 

@@ -38,7 +38,17 @@ from search.pruning import clearly_worse
 from search.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
 from search.results import TrialRecord, TrialState, write_json_atomic
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, QUEUED_ATTR, failure_values, space_exhausted, trial_origin
-from search.scoring import constraint_labels, copy_duplicate, fail, fill, judges_quality, measure_settings, score
+from search.scoring import (
+    capacity_of,
+    constraint_labels,
+    copy_duplicate,
+    fail,
+    fill,
+    fill_capacity,
+    judges_quality,
+    measure_settings,
+    score,
+)
 from search.space import Config, Space
 from search.stopping import study_should_stop
 from search.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
@@ -303,7 +313,7 @@ class StudyRunner:
             measured = retry_if_memory_held(self.memory, config, start, self.reporter.phase) if i == 0 else start()
             if i == 0 and measured.reused_server:
                 self.reporter.phase("reused the running server")
-            fill(record, measured, first=i == 0)
+            fill(record, measured, first=i == 0, kv_context=m.measure.kv_context_tokens)
             judged = measured.quality or judged
             if i + 1 < len(points) and clearly_worse(self.space, self.index.finished.values(), trial, record, point, i):
                 record.state = TrialState.PRUNED
@@ -311,6 +321,9 @@ class StudyRunner:
                 self.reporter.phase(f"stopped measuring: clearly worse than the incumbent at {point}")
                 return
         add_curve_summaries(record.metrics)
+        if m.slo is not None:  # the highest load within the SLO, on the same server (harness/capacity.py)
+            self.reporter.phase("capacity under the SLO: doubling, then bisecting the concurrency")
+            fill_capacity(record, capacity_of(self.session, req, self.space, self.reporter.phase))
         score(record, self.space, judged)
 
     # ---- record and tell --------------------------------------------------------------------

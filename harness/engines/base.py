@@ -310,6 +310,14 @@ class Engine(ABC):
     @abstractmethod
     def parse_startup(self, log_text: str) -> StartupInfo: ...
 
+    def kv_sequences(self, startup: StartupInfo, context_tokens: int) -> float | None:
+        """How many sequences of `context_tokens` the KV cache holds at once, from the startup log
+        (None when the log did not say). A paged cache (vLLM, SGLang) shares its tokens among all
+        sequences; engines with fixed per-sequence slots override this."""
+        if not startup.kv_cache_tokens or context_tokens <= 0:
+            return None
+        return float(startup.kv_cache_tokens // context_tokens)
+
     # (cause, pattern) pairs, most specific first: the log lines classify_failure recognises.
     failure_patterns: ClassVar[list[tuple[str, re.Pattern[str]]]] = []
 

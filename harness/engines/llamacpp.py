@@ -223,12 +223,14 @@ class LlamaCppEngine(Engine):
         n_ctx = re.search(r"llama_context: n_ctx\s*=\s*(\d+)", log_text)
         if n_ctx:  # cells are per stream when the KV cache is not unified; n_ctx is the whole capacity
             info.kv_cache_tokens = int(n_ctx.group(1))
-        slots = re.search(r"n_slots = (\d+)(?:, n_ctx_slot = (\d+))?", log_text)
+        slots = re.search(r"n_slots = (\d+)(?:, n_ctx_slot = (\d+))?(?:, kv_unified = '(\w+)')?", log_text)
         if slots:
             info.facts["slots"] = slots.group(1)
             if slots.group(2):
                 info.facts["slot_ctx_tokens"] = slots.group(2)
                 info.max_concurrency = float(slots.group(1))
+            if slots.group(3):
+                info.facts["kv_unified"] = slots.group(3)
         for key, pattern in (("graph_splits", r"graph: nodes = \d+, splits = (\d+)|graph splits = (\d+)"),
                              ("graph_nodes", r"graph: nodes = (\d+)|graph nodes\s*=\s*(\d+)"),
                              ("n_ctx", r"llama_context: n_ctx\s*=\s*(\d+)"),
@@ -245,6 +247,16 @@ class LlamaCppEngine(Engine):
         if fit:
             info.phases_s["fit_params"] = float(fit.group(1))
         return info
+
+    def kv_sequences(self, startup: StartupInfo, context_tokens: int) -> float | None:
+        """llama-server gives each of its n_slots slots a fixed n_ctx_slot share of the cache; with a
+        unified cache the slots share all n_ctx cells: min(slots, n_ctx // context)."""
+        slots, per_slot = startup.facts.get("slots"), startup.facts.get("slot_ctx_tokens")
+        if not slots or not per_slot or context_tokens <= 0:
+            return super().kv_sequences(startup, context_tokens)
+        if startup.facts.get("kv_unified") == "true" and startup.kv_cache_tokens:
+            return float(min(int(slots), startup.kv_cache_tokens // context_tokens))
+        return float(int(slots) if context_tokens <= int(per_slot) else 0)
 
     def classify_failure(self, log_text: str) -> FailureCause | None:
         found = super().classify_failure(log_text)
