@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the report render test (tests/test_report_render.py), once.
+# Installs Debian's chromium for the report render test (tests/search/test_report_render.py), once.
 # Headless only: the test runs it with --headless --no-sandbox and no network.
 source "$(dirname "$0")/common.sh"
 for bin in chromium chromium-browser; do

@@ -15,6 +15,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+import yaml
 
 from harness import EngineSettings, ModelChoice, RunRequest, Session, setup_paths
 from harness.launch.base import Server
@@ -170,3 +171,24 @@ def docker_engine() -> Iterator[docker.DockerClient]:
         yield c
     finally:
         c.close()
+
+def tiny_llama_space(tmp: Path) -> Path:
+    """One stream, 16 output tokens, five measured runs after a warmup: seconds per round."""
+    server = require(setup_paths.llama_server(), "llama-server")
+    model = require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
+    doc: dict[str, Any] = {
+        "name": "bisect-e2e",
+        "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(server)],
+                                 "args": {"ctx_size": 1024, "parallel": 1, "threads": 1},
+                                 "ready_timeout_s": 60}},
+        "models": [{"name": "smollm2-135m-q4_1", "path": str(model), "format": "gguf-q4_1"}],
+        "params": {},
+        "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 16}],
+        # A round's value is the median of 5 short runs: under other agents' load single runs of
+        # the same server were seen 25% apart.
+        "measure": {"repeats": 5, "warmup": True, "max_warmups": 2, "request_timeout_s": 60},
+        "objectives": [{"metric": "single.output_tok_s", "direction": "maximize"}],
+    }
+    path = tmp / "space.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path

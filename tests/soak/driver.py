@@ -7,7 +7,7 @@ then an audit of the study against what was asked, printed as a table.
 no fault or one of:
 - engine_kill / engine_stop: SIGKILL / SIGSTOP of the trial's server while it measures;
 - port / oom: the next server start finds its port taken, or runs out of memory (tests/soak/engine.py,
-  the space's engine command, injects both the way tests/test_faults.py does);
+  the space's engine command, injects both the way tests/harness/test_faults.py does);
 - storage_restart (--postgres only): `scripts/postgres.sh restart` of the study's private PostgreSQL
   while the trial measures;
 - tool_kill / tool_term: SIGKILL / SIGTERM of `search run` itself while the trial measures; the soak

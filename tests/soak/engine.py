@@ -5,7 +5,7 @@ at its start. FAULT-INJECTION FIXTURE: the real llama-server still runs in every
 
 The soak arms a fault by creating FAULT_DIR/oom or FAULT_DIR/port. The first start that finds one
 takes it (a rename to <name>.taken.<pid>, so exactly one start gets each, and the soak sees which
-process did: exec keeps the PID) and injects it the way tests/test_faults.py does:
+process did: exec keeps the PID) and injects it the way tests/harness/test_faults.py does:
 - oom: the KV cache of a 1M-token context (-c 1000000, ~23 GB) under a 2 GB address-space limit
   (prlimit) with `--fit off`, so llama.cpp fails to allocate instead of growing for minutes.
 - port: a socket listens on the server's port before llama-server binds it (another program took

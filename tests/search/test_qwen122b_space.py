@@ -1,0 +1,150 @@
+"""The flagship space (spaces/qwen122b.yaml): it loads, dry-runs from the CLI with a launch for every
+engine and a time estimate, its default is the documents' working setup, and no choice is dead."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from search.dryrun import dead_choices, dry_run
+from search.estimate import Estimator
+from search.space import load_space, parse_space
+
+QWEN = Path(__file__).resolve().parents[2] / "spaces" / "qwen122b.yaml"
+
+
+def test_dry_run_from_the_cli_shows_every_engine_feasible_and_the_cost() -> None:
+    out = subprocess.run([sys.executable, "-m", "search.cli", "run", str(QWEN), "--dry-run", "8"],
+                         capture_output=True, text=True, timeout=300, cwd=QWEN.parent.parent)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    space = load_space(QWEN)
+    for engine in space.m.engines:
+        assert re.search(rf"^# engine {engine} / \S+ \(feasible\)$", text, re.M), f"{engine} has no feasible launch"
+        assert re.search(rf"^#   {engine}: start \d+ s \(", text, re.M), f"{engine} has no time estimate"
+    assert len(re.findall(r"^# trial \d+ \((default|queued by the space: |space-filling design )", text, re.M)) == 8
+    assert "# dead choices: none" in text
+    assert re.search(rf"^# study of {space.m.budget.trials} trials ", text, re.M)
+    total = re.search(r"^# total: ([\d.]+)-([\d.]+) h$", text, re.M)  # a range, confirmation included
+    assert total and 1 < float(total.group(1)) < float(total.group(2))
+    assert re.search(r"^#   confirmation: 2 arms .* x 3-5 rounds of fresh starts: [\d.]+-[\d.]+ h$", text, re.M)
+    assert re.search(r"^#   hung starts: 5% \(assumed\) wait for the ready timeout: \+[\d.]+ h$", text, re.M)
+    for line in text.splitlines():
+        if line.startswith("docker run"):
+            words = shlex.split(line)  # a shell can read every printed line
+            assert "vllm serve vllm serve" not in line and words[words.index("--network") + 1] == "host"
+
+
+def test_the_default_is_the_documents_working_setup() -> None:
+    space = load_space(QWEN)
+    default = space.default_config()
+    assert default["engine"] == "vllm_spark" and default["model"] == "sehyo-nvfp4"
+    assert default["gpu_memory_utilization"] == 0.9 and default["num_speculative_tokens"] == 2
+    assert default["max_model_len"] == 131072 and default["max_num_seqs"] == 4
+    assert default["max_num_batched_tokens"] == 8192 and default["kv_cache_dtype"] == "fp8_e4m3"
+    assert default["enable_prefix_caching"] is True
+    lines = dry_run(space, 1)
+    command = lines[lines.index("# trial 0 (default): vllm_spark / sehyo-nvfp4") + 1]
+    words = shlex.split(command)
+    image = space.m.engines["vllm_spark"].image
+    assert words[words.index("--entrypoint") + 1] == "vllm" and words[words.index(image) + 1] == "serve"
+    assert json.loads(words[words.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 2}
+    assert "--gpu-memory-utilization 0.9 " in command and "--kv-cache-dtype fp8_e4m3" in command
+
+
+def test_no_dead_choices() -> None:
+    assert dead_choices(load_space(QWEN)) == []
+
+
+def test_the_checker_finds_dead_choices() -> None:
+    # A context no objective's workload fits (qa needs ~300 tokens) and a checkpoint no engine loads.
+    doc = yaml.safe_load(QWEN.read_text())
+    doc["params"]["atlas_max_seq_len"]["choices"] = [4096, 128]
+    doc["engines"]["sglang"]["models"] = ["txn545-nvfp4"]
+    doc["engines"]["vllm"]["models"] = ["txn545-nvfp4"]
+    doc["engines"]["vllm_spark"]["models"] = ["txn545-nvfp4"]
+    doc["engines"]["atlas"]["models"] = ["abliterated-nvfp4"]
+    dead = dead_choices(parse_space(doc, "mutated"))
+    assert any(d.startswith("atlas_max_seq_len=128") for d in dead), dead
+    assert "model 'sehyo-nvfp4': no config fits" in dead and "model 'redhat-nvfp4': no config fits" in dead, dead
+
+
+def _command_after(lines: list[str], i: int) -> str:
+    return next(ln for ln in lines[i + 1:] if not ln.startswith("#"))
+
+
+def test_mtp_only_where_the_checkpoint_has_mtp_weights() -> None:
+    space = load_space(QWEN)
+    has_mtp = {m.name: m.has_mtp for m in space.m.models}
+    lines = dry_run(space, 40)
+    seen = 0
+    for i, line in enumerate(lines):
+        match = re.match(r"# trial \d+ \(.*\): (\S+) / (\S+)$", line)
+        if not match:
+            continue
+        engine, model = match.groups()
+        command = _command_after(lines, i)
+        if "--speculative-config" in command or "--speculative " in command or "--speculative-algorithm" in command:
+            seen += 1
+            assert has_mtp[model], f"MTP asked of {model}, which ships no MTP weights"
+        if engine == "atlas":
+            words = shlex.split(command)
+            assert words[0] == "docker" and "--entrypoint" not in words and "serve" in words
+    assert seen > 0
+
+
+def test_every_checkpoint_says_where_its_facts_come_from() -> None:
+    text = QWEN.read_text()
+    blocks = re.split(r"(?:^|\n)  - name: ", text.split("\nmodels:\n", 1)[1].split("\nparams:\n", 1)[0])[1:]
+    assert len(blocks) == len(load_space(QWEN).m.models)
+    for block in blocks:
+        comment = " ".join(ln.strip("# ") for ln in block.splitlines() if ln.strip().startswith("#"))
+        assert "MTP" in comment, block.splitlines()[0]
+        assert re.search(r"GB|size", comment, re.I), block.splitlines()[0]
+    assert "YOURS TO EDIT" in text
+
+
+def test_the_estimate_learns_from_measured_trials() -> None:
+    from search.results import TrialRecord, TrialState
+
+    space = load_space(QWEN)
+    est = Estimator(space)
+    declared = est.engine_cost("vllm_spark")
+    assert declared.start.source == "declared" and declared.start.seconds == 720
+    for n, (ready, wall) in enumerate([(600.0, 2400.0), (640.0, 2440.0)]):
+        est.observe(TrialRecord(number=n, state=TrialState.COMPLETE, params={}, engine="vllm_spark",
+                                model="sehyo-nvfp4", ready_s=ready, wall_s=wall))
+    learned = est.engine_cost("vllm_spark")
+    assert learned.start.seconds == 620 and learned.start.source == "measured, 2 trials"
+    assert learned.measure.seconds == 1800 and learned.trial_s == 2420
+    assert est.remaining_s(3) == 3 * est.trial_s()
+
+
+def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_starts() -> None:
+    from harness.failure import Failure
+    from search.estimate import MIN_CONFIRM_ROUNDS
+    from search.results import TrialRecord, TrialState
+
+    space = load_space(QWEN)
+    est = Estimator(space)
+    cost = est.study(16)
+    assert cost.fail_source == "assumed" and cost.confirm_s[0] > 0
+    # The shortest confirmation: the default and the top config, 3 fresh starts each.
+    assert cost.confirm_s == (MIN_CONFIRM_ROUNDS * 2 * est.confirmation_start_s(), 5 * 2 * est.confirmation_start_s())
+    assert cost.low_s < cost.trials_s + cost.confirm_s[0] < cost.high_s
+    # --budget-hours commits a trial only with the shortest confirmation after it.
+    assert est.needed_s("atlas") == est.trial_s("atlas") + cost.confirm_s[0]
+    for n, failure in enumerate([None, None, Failure("oom", "x"), Failure("timeout", "never ready"),
+                                 Failure("memory_held", "not the config"), Failure("wont_fit", "before launch")]):
+        est.observe(TrialRecord(number=n, state=TrialState.FAILED if failure else TrialState.COMPLETE, params={},
+                                engine="vllm_spark", model="sehyo-nvfp4", ready_s=600.0, wall_s=2400.0,
+                                failure=failure))
+    measured = est.study(16)
+    assert (measured.fail_rate, measured.hang_rate, measured.fail_source) == (0.25, 0.25, "measured over 4 trials")
+    assert measured.hung_extra_s > cost.hung_extra_s
