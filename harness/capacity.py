@@ -52,8 +52,8 @@ class Slo:
 
     def __post_init__(self) -> None:
         bad = [k for k in self.limits if not LIMIT.match(k)]
-        if bad or not self.limits:
-            raise ValueError(f"SLO limits are ttft|itl|tpot|e2e_pNN_s, got {bad or 'none'}")
+        if bad:
+            raise ValueError(f"SLO limits are ttft|itl|tpot|e2e_pNN_s, got {bad}")
         if not 1 <= self.start <= self.max_load:
             raise ValueError(f"SLO load range: 1 <= start ({self.start}) <= max_load ({self.max_load})")
 
@@ -201,13 +201,17 @@ def find_capacity(session: Session, request: RunRequest, spec: WorkloadSpec, slo
                   settings: MeasureSettings, progress: Progress = _quiet) -> CapacityResult:
     """The capacity of one config: every step is `session.run` on the same (reused) server.
     Raises TrialFailed when the server cannot be started at all."""
+    if not slo.limits:
+        raise ValueError("a capacity search needs at least one latency limit")
     first = True
 
     def measure(c: int) -> LoadStep:
         nonlocal first
         t0 = time.monotonic()
+        # `fresh` asks for a new start for the search, not for each step: later steps reuse it.
+        step_request = request if first else replace(request, fresh=False)
         try:
-            measured = session.run(request, [at_concurrency(spec, c)], step_settings(settings, first))
+            measured = session.run(step_request, [at_concurrency(spec, c)], step_settings(settings, first))
         except TrialFailed as exc:
             if first and exc.partial is None:
                 raise  # it never started: the config failed, not the load

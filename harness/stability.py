@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from scipy import stats as sps
@@ -129,7 +129,9 @@ def run_stability(session: Session, request: RunRequest, spec: WorkloadSpec, con
     while started is None or time.monotonic() - started < duration_s:
         t0 = time.monotonic()
         try:
-            measured = session.run(request, [loaded], step_settings(settings, warmup=started is None))
+            # `fresh` asks for a new start for the whole run, not for each of its runs.
+            measured = session.run(request if started is None else replace(request, fresh=False), [loaded],
+                                   step_settings(settings, warmup=started is None))
         except TrialFailed as exc:
             if started is None and exc.partial is None:
                 raise

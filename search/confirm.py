@@ -25,15 +25,19 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.capacity import Slo
 from harness.failure import Cause, Failure, TrialFailed
 from harness.hostload import LoadMeter, LoadWindow
 from harness.session import MeasureSettings, RunRequest, Session
+from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord
+from search.scoring import capacity_of, measure_settings, slo_of
 from search.sequential import MIN_STARTS, compare_paired, family_alpha, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
+STABILITY_ATTR = "stability"
 THROTTLE = Path(__file__).resolve().parent.parent / "harness" / "throttle.py"
 Progress = Callable[[str], None]
 
@@ -145,6 +149,9 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
         engine = replace(engine, command=(sys.executable, str(THROTTLE), str(slowdown), "--stretch", "--",
                                           *engine.command))
     req = RunRequest(engine, space.model_choice(config.model), flags, env, log_dir, fresh=True)
+    metric = space.m.objectives[0].metric
+    if metric.startswith("capacity."):
+        return _capacity_fresh(session, space, req, metric)
     m = space.m.measure
     specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
     measured = session.run(req, specs, MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf)))
@@ -161,6 +168,23 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
     # A load ladder: each run's value is the geometric mean over the points (as the curve summary).
     n = min(len(v) for v in per_point)
     return [math.exp(sum(math.log(v[i]) for v in per_point) / len(per_point)) for i in range(n)], measured.command
+
+
+def _capacity_fresh(session: Session, space: Space, req: RunRequest, metric: str) -> tuple[list[float], str]:
+    """The capacity search on one fresh start (its later steps reuse that server): one value a start."""
+    keep, session.keep_server = session.keep_server, True
+    try:
+        found = capacity_of(session, req, space, session.progress)
+        command = session.pool.running.command if session.pool.running else ""
+    finally:
+        session.keep_server = keep
+        if not keep:
+            session.pool.release()
+    value = found.metrics().get(metric)
+    if not value:
+        raise TrialFailed(Failure(Cause.OBJECTIVE_MISSING, f"{metric} was not measured (or 0: not even the first "
+                                  f"load met the SLO; {found.limited_by})"), command)
+    return [value], command
 
 
 def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[float]:
@@ -226,3 +250,38 @@ def _ratio_text(v: MetricVerdict) -> str:
     if not math.isfinite(v.ratio):
         return "not comparable with"
     return f"{v.ratio:.2f}x ({v.level_text} {v.ci_low:.2f}-{v.ci_high:.2f}, {v.n_b} rounds)"
+
+
+def stability_load(space: Space, record: TrialRecord) -> tuple[str, int]:
+    """(workload, concurrency) a stability run holds: the SLO's workload at the config's measured
+    capacity, else the first objective's (or the first) workload at its own concurrency."""
+    names = [w.name for w in space.m.workloads]
+    if space.m.slo is not None:
+        name = space.m.slo.workload or names[0]
+        capacity = int(record.metrics.get("capacity.concurrency") or 0)
+        if capacity > 0:
+            return name, capacity
+    else:
+        base = space.m.objectives[0].metric.partition(".")[0].partition("@")[0]
+        name = base if base in names else names[0]
+    spec = next(w for w in space.workload_specs() if w.name == name)
+    return name, spec.concurrency
+
+
+def run_stability_check(space: Space, record: TrialRecord, work_dir: Path, duration_s: float,
+                        progress: Progress = _quiet) -> StabilityResult:
+    """Hold `record`'s config at its capacity (stability_load) for `duration_s` on a fresh start:
+    errors, the server's death and its cause, SLO misses, throughput drift (harness/stability.py)."""
+    config = space.sample(_fixed(record.params))
+    flags, env, _ = space.split(config)
+    req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, work_dir,
+                     fresh=True)
+    name, concurrency = stability_load(space, record)
+    spec = next(w for w in space.workload_specs() if w.name == name)
+    slo = slo_of(space) or Slo({})
+    progress(f"stability: #{record.number} at concurrency {concurrency} on {name} for {duration_s / 60:.1f} min")
+    with Session(progress) as session:
+        try:
+            return run_stability(session, req, spec, concurrency, duration_s, slo, measure_settings(space), progress)
+        except TrialFailed as exc:
+            return StabilityResult(concurrency, duration_s, 0.0, failure=f"did not start: {exc}")

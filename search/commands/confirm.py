@@ -1,15 +1,24 @@
 """`search confirm STUDY`: re-measure the study's top configs beside the default with fresh
-starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report)."""
+starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report).
+`--stability 30m` then holds the winner at its capacity load and stores the stability run."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import optuna
 
-from search.confirm import CONFIRM_ATTR, Confirmation, candidates, run_confirmation
-from search.results import ResultsError, TrialState
+from search.confirm import (
+    CONFIRM_ATTR,
+    STABILITY_ATTR,
+    Confirmation,
+    candidates,
+    run_confirmation,
+    run_stability_check,
+)
+from search.results import ResultsError, TrialRecord, TrialState
 from search.space import Space, load_space
 from search.storage import storage_for
 from search.summary import StudyView, load_view
@@ -44,6 +53,23 @@ def confirmed_line(view: StudyView, study: optuna.Study) -> str:
     return f"{data['answer']} ({data['rounds']} rounds, {data['wall_s']} s)"
 
 
+def duration_s(text: str) -> float:
+    """'30m', '90s', '1h', '45' (seconds) -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"a duration like 30m, 90s or 1h, got {text!r}")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def stability_target(view: StudyView, space: Space, winner: int | None) -> TrialRecord | None:
+    """The confirmed winner, else the best feasible measured config (the default included)."""
+    if winner is not None:
+        return next((r for r in view.records if r.number == winner), None)
+    objective = space.m.objectives[0]
+    tops = candidates(view.records, None, objective.direction, 1)
+    return tops[0] if tops else None
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
 
     storage, name = storage_for(args.study, args.storage)
@@ -53,12 +79,24 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         raise ResultsError("the study does not name a space file that exists here; give --space FILE")
     space = load_space(str(source))
     results_dir = Path(args.results) / name
-    result = confirm_study(study, space, results_dir, args.top, args.max_rounds,
-                           lambda text: console.print(f"  {text}"))
-    if result is None:
-        raise ResultsError("the study has no completed default trial to confirm against")
-    console.print(result.answer)
-    return 0
+    progress = lambda text: console.print(f"  {text}")  # noqa: E731
+    winner = (stored_confirmation(study) or {}).get("winner")
+    if not args.stability_only:
+        result = confirm_study(study, space, results_dir, args.top, args.max_rounds, progress)
+        if result is None:
+            raise ResultsError("the study has no completed default trial to confirm against")
+        console.print(result.answer)
+        winner = result.winner
+    if args.stability is None:
+        return 0
+    target = stability_target(load_view(study), space, winner if isinstance(winner, int) else None)
+    if target is None:
+        raise ResultsError("no measured config to hold under load")
+    held = run_stability_check(space, target, results_dir / "stability" / f"{target.number:04d}", args.stability,
+                               progress)
+    study.set_user_attr(STABILITY_ATTR, {"trial": target.number, **held.to_dict()})
+    console.print(f"#{target.number} {held.summary()}")
+    return 0 if held.failure is None and held.errors == 0 else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -70,4 +108,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--results", default="results", help="results folder (default: ./results)")
     p.add_argument("--top", type=int, default=2, help="how many of the best configs to confirm (default 2)")
     p.add_argument("--max-rounds", type=int, default=6, help="fresh starts per config at most (default 6)")
+    p.add_argument("--stability", type=duration_s, metavar="DURATION",
+                   help="then hold the winner (the confirmed one, else the best) at its capacity load for "
+                        "DURATION (30m, 90s, 1h): errors, server death, SLO misses, throughput drift")
+    p.add_argument("--stability-only", action="store_true",
+                   help="skip the confirmation rounds: only the stability run (with --stability)")
     p.set_defaults(func=cmd_confirm)
