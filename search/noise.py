@@ -21,9 +21,8 @@ from harness.failure import TrialFailed
 from harness.hostload import LoadMeter
 from harness.session import Session
 from search.confirm import measure_fresh
+from search.sampler import NOISE_ATTR
 from search.space import Space
-
-NOISE_ATTR = "noise_probes"
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.param_values import distribution
 from search.space import Space
 from search.space_schema import REQUEST_SIDE, FixedParam
-from search.surrogate import FailureModel, Observation, expected_improvement, gp_posterior
+from search.surrogate import FailureModel, Observation, improvement_scores
 
 FAILED_KEY = "failed"
 QUEUED_ATTR = "queued"  # user attr of a trial queued by the space's `queue:` (its label)
@@ -47,6 +47,7 @@ FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - t
 FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
 MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
 RESAMPLE_TRIES = 3
+NOISE_ATTR = "noise_probes"  # search/noise.py's study attr: the default re-measured on fresh starts
 
 SamplerKind = Literal["tpe", "nsga2"]
 
@@ -76,6 +77,19 @@ def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Obser
     feasible = all(v <= 0 for v in trial.constraints.values())
     value = None if is_failed(trial) or not trial.values else trial.values[0]
     return Observation({k: params[k] for k in dists}, value, feasible)
+
+
+def probe_observations(study: Study, dists: dict[str, BaseDistribution]) -> list[Observation]:
+    """The noise probes (search/noise.py: the default, trial 0, re-measured on fresh starts) as
+    repeated observations of the default config: the model learns its noise from them."""
+    probes = [p.get("value") for p in study.user_attrs.get(NOISE_ATTR, [])]
+    first = next((t for t in study.get_trials(deepcopy=False) if t.number == 0), None)
+    if first is None or not probes:
+        return []
+    params = first.params or first.system_attrs.get("fixed_params", {})
+    if not set(dists) <= set(params):
+        return []
+    return [Observation({k: params[k] for k in dists}, float(v)) for v in probes if v]
 
 
 def design_space(space: Space) -> dict[str, BaseDistribution]:
@@ -286,10 +300,8 @@ class FlagSampler(BaseSampler):
         failures = FailureModel(observed, self.dists)
         candidates = [c for c in untried if not failures.fails(c)] or untried
         maximize = study.directions[0] == StudyDirection.MAXIMIZE
-        mu, sd = gp_posterior(observed, candidates, self.dists, self.noise_floor, maximize)
-        sign = 1.0 if maximize else -1.0
-        best = max(sign * math.log(o.value) for o in observed if o.usable and o.value is not None)
-        ei = expected_improvement(mu, sd, best)
+        observed += probe_observations(study, self.dists)
+        ei = improvement_scores(observed, candidates, self.dists, self.noise_floor, maximize)
         top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
         return candidates[int(top[int(self._rng.integers(len(top)))])]
 

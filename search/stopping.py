@@ -1,10 +1,14 @@
-"""Stop when there is nothing left to win: no untried config can plausibly beat the incumbent
-by more than the noise floor.
+"""Stop when there is nothing left to win that a confirmation could see.
 
 The judgement is search/surrogate.py's Gaussian process over the searched params, on log
-objective values (so the noise floor is relative): every untried config gets an upper bound,
-mean + BETA x std; when the highest bound is within the noise floor of the incumbent, or every
-config has been tried, or the incumbent sits at the memory-bandwidth roofline, the study can stop, with the reason.
+objective values (a relative scale), with its noise learnt from the study's own repeated
+measurements (noise probes of the default: the same config on several fresh starts). The
+incumbent is the model's estimate of the best measured config (its posterior mean), not the
+highest single observation, so one lucky start neither ends the study nor wins it. The expected
+gain left is the highest expected improvement of an untried config over that estimate; the study
+can stop when it is below STOP_SHARE of the smallest difference a confirmation of CONFIRM_ROUNDS
+fresh starts per arm could detect at the learnt noise, when every config has been tried, or when
+the incumbent sits at the memory-bandwidth roofline, with the reason.
 
 Failed configs stay out of the model; an untried config is judged likely to fail, and is not
 counted as a possible winner, when at least two of the finished configs that differ from it in
@@ -24,56 +28,65 @@ from optuna.distributions import BaseDistribution
 from optuna.study import Study, StudyDirection
 from optuna.trial import TrialState
 
-from search.sampler import design_space, enumerate_configs, observation
+from search.sampler import design_space, enumerate_configs, observation, probe_observations
 from search.space import Space
-from search.surrogate import FailureModel, Observation, gp_posterior
+from search.surrogate import FailureModel, Observation, detectable, expected_improvement, fit_gp
 
-BETA = 2.0  # upper bound = mean + BETA x std (about 97.7% one-sided under the model)
+STOP_SHARE = 0.25  # stop when the expected gain left is below this share of what confirmation detects
+CONFIRM_ROUNDS = 3  # the fewest fresh starts per arm a confirmation runs (search/confirm.py)
 
 
 @dataclass(frozen=True)
 class StopDecision:
     stop: bool
     reason: str
-    incumbent: float | None = None
-    best_bound: float | None = None  # the highest upper bound of an untried config
-    best_candidate: dict[str, Any] | None = None  # the config with that bound
+    incumbent: float | None = None  # the model's estimate of the best measured config (the metric's units)
+    best_bound: float | None = None  # the most promising untried config's mean + 2 std (the metric's units)
+    best_candidate: dict[str, Any] | None = None  # that config
+    gain_left: float | None = None  # its expected improvement over the incumbent (relative)
+    detectable: float | None = None  # the smallest relative difference confirmation could detect
+    noise: float | None = None  # the model's start-to-start noise (sd of log values)
 
 
 def nothing_left_to_win(observed: Sequence[Observation], untried: Sequence[dict[str, Any]],
                         dists: dict[str, BaseDistribution], noise_floor: float, maximize: bool = True,
-                        min_results: int = 6, roofline_fraction: float | None = None) -> StopDecision:
-    """Stop when no untried config can plausibly beat the incumbent by more than `noise_floor`
-    (relative, e.g. 0.03). `observed`: every finished config (value None = failed);
-    `untried`: the configs not yet measured; `roofline_fraction`: the incumbent's share of the
-    memory-bandwidth ceiling, when known."""
+                        min_results: int = 6, roofline_fraction: float | None = None,
+                        rounds: int = CONFIRM_ROUNDS, share: float = STOP_SHARE) -> StopDecision:
+    """Stop when the expected gain of the most promising untried config over the model's
+    incumbent is below `share` x what a confirmation of `rounds` starts per arm could detect.
+    `observed`: every finished config, repeats included (value None = failed); `untried`: the
+    configs not yet measured; `noise_floor`: the stated relative floor (the noise prior until
+    the study has repeats); `roofline_fraction`: the incumbent's share of the memory-bandwidth
+    ceiling, when known."""
     values = [o.value for o in observed if o.usable and o.value is not None]
+    sign = 1.0 if maximize else -1.0
+    model = fit_gp(observed, dists, noise_floor, maximize)
+    incumbent = math.exp(sign * model.incumbent()[1]) if model is not None else None
     if not untried:
-        return StopDecision(True, "every config of the space has been tried",
-                            (max(values) if maximize else min(values)) if values else None)
-    if not values:
+        return StopDecision(True, "every config of the space has been tried", incumbent)
+    if model is None or incumbent is None:
         return StopDecision(False, "no result yet")
-    incumbent = max(values) if maximize else min(values)
     if roofline_fraction is not None and roofline_fraction >= 1 - noise_floor:
         return StopDecision(True, f"the incumbent is at {100 * roofline_fraction:.0f}% of the memory-bandwidth "
                                   "roofline: no config can be faster by more than the noise", incumbent)
-    if len(values) < min_results:
-        return StopDecision(False, f"{len(values)} results; at least {min_results} before judging", incumbent)
+    if len(model.configs) < min_results:
+        return StopDecision(False, f"{len(model.configs)} configs measured; at least {min_results} before judging",
+                            incumbent)
     failures = FailureModel(observed, dists)
     untried = [c for c in untried if not failures.fails(c)] or list(untried)
-    mu, sd = gp_posterior(observed, untried, dists, noise_floor, maximize)
-    upper = mu + BETA * sd
-    i = int(np.argmax(upper))
-    sign = 1.0 if maximize else -1.0
-    bound = math.exp(sign * float(upper[i]))
-    threshold = math.log(incumbent * (1 + noise_floor)) if maximize else -math.log(incumbent * (1 - noise_floor))
-    if float(upper[i]) <= threshold:
-        return StopDecision(True, f"nothing left to win: the best untried config's upper bound ({bound:.4g}) is "
-                                  f"within the noise floor ({100 * noise_floor:.1f}%) of the incumbent "
-                                  f"({incumbent:.4g}); {len(untried)} configs left untried", incumbent, bound,
-                            dict(untried[i]))
-    return StopDecision(False, f"an untried config may still reach {bound:.4g} (incumbent {incumbent:.4g})",
-                        incumbent, bound, dict(untried[i]))
+    mu, sd = model.predict(untried)
+    best = model.incumbent()[1]
+    gain = expected_improvement(mu, sd, best)
+    i = int(np.argmax(gain))
+    bound = math.exp(sign * float(mu[i] + 2 * sd[i]))
+    delta = detectable(model.noise, rounds)
+    said = (f"the most promising untried config's expected gain ({100 * float(gain[i]):.2f}%) over the model's "
+            f"incumbent ({incumbent:.4g}; {len(values)} results, noise {100 * model.noise:.1f}% per start)")
+    stop = float(gain[i]) < share * delta
+    reason = (f"nothing left to win: {said} is below {100 * share:g}% of what a {rounds}-round confirmation "
+              f"detects ({100 * delta:.1f}%); {len(untried)} configs left untried" if stop
+              else f"{said} is worth a start (it may reach {bound:.4g})")
+    return StopDecision(stop, reason, incumbent, bound, dict(untried[i]), float(gain[i]), delta, model.noise)
 
 
 def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, Any]], bool] | None = None,
@@ -97,6 +110,7 @@ def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, 
             observed.append(observation(t, dists))
         elif t.state == TrialState.PRUNED:  # stopped early for performance: measured, not a winner
             taken.add(key)
+    observed += probe_observations(study, dists)
     configs = enumerate_configs(dists) or []
     untried = [c for c in configs if repr([(k, c[k]) for k in dists]) not in taken and (allowed is None or allowed(c))]
     return observed, untried

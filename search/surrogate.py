@@ -5,8 +5,9 @@ Log objective values (a relative scale: the noise floor is a fraction), a kernel
 effect per param value (learnt from every config that shares it: main effects) to a local term
 (what only near configs share: interactions), over Hamming distance for categorical params and
 absolute distance for numeric ones; kernel weights and length by marginal likelihood over a small
-grid, noise from the noise floor. Failed configs stay out of the model; `likely_to_fail` judges
-untried ones from their neighbours.
+grid; the noise learnt from the study's own repeated measurements (the same config measured on
+several fresh starts) and by marginal likelihood around them. Failed configs stay out of the
+model; `likely_to_fail` judges untried ones from their neighbours.
 """
 
 from __future__ import annotations
@@ -67,45 +68,132 @@ def _kernel(d: np.ndarray, additive: float, local: float, length: float) -> np.n
     return additive * (1.0 - d) + local * np.exp(-d / length)
 
 
-def gp_posterior(observed: Sequence[Observation], candidates: Sequence[dict[str, Any]],
-                    dists: dict[str, BaseDistribution], noise_floor: float,
-                    maximize: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior mean and std of log(value) (negated for minimize) at each candidate. Kernel
-    weights and length by marginal likelihood over a small grid; noise from the floor."""
+NOISE_PRIOR_DF = 2.0  # how many repeat pairs the stated noise floor counts as, before the study's own repeats
+NOISE_STEPS = (0.5, 0.71, 1.0, 1.41, 2.0)  # noise sds tried around the repeats' estimate
+
+
+def _key(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
+
+
+def repeat_spread(observed: Sequence[Observation]) -> tuple[float, int]:
+    """The study's own repeated measurements (the same config measured on several fresh starts:
+    noise probes of the default, confirmation rounds): (sum of squares of log values about each
+    config's mean, degrees of freedom)."""
+    groups: dict[str, list[float]] = {}
+    for o in observed:
+        if o.usable and o.value is not None:
+            groups.setdefault(_key(o.params), []).append(math.log(o.value))
+    ss = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in groups.values())
+    return ss, sum(len(v) - 1 for v in groups.values())
+
+
+def learned_noise(observed: Sequence[Observation], noise_floor: float) -> tuple[float, float]:
+    """(sd of one start's log value, its weight in degrees of freedom): the repeats' pooled
+    spread, shrunk towards half the stated noise floor (worth NOISE_PRIOR_DF repeats)."""
+    ss, df = repeat_spread(observed)
+    prior = max(noise_floor / 2, 1e-3)
+    return math.sqrt((ss + NOISE_PRIOR_DF * prior ** 2) / (df + NOISE_PRIOR_DF)), df + NOISE_PRIOR_DF
+
+
+@dataclass
+class GPModel:
+    """A fitted model: `predict(configs)` gives the posterior mean and std of the latent log value
+    (negated for minimize: larger is better); `noise` is the sd of one start's log value that the
+    fit settled on (learnt from the repeats, then by marginal likelihood around them)."""
+
+    dists: dict[str, BaseDistribution]
+    x: list[np.ndarray]
+    mean: float
+    hyper: tuple[float, float, float]
+    factor: Any
+    alpha: np.ndarray
+    noise: float
+    configs: list[dict[str, Any]]  # the distinct observed configs
+    sign: float
+
+    def predict(self, candidates: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        if not candidates:
+            return np.zeros(0), np.zeros(0)
+        additive, local, length = self.hyper
+        k_c = _kernel(_distance(_encode(list(candidates), self.dists), self.x, self.dists), additive, local, length)
+        mu = self.mean + k_c @ self.alpha
+        v = solve_triangular(self.factor[0], k_c.T, lower=True)
+        return mu, np.sqrt(np.maximum(additive + local - np.sum(v * v, axis=0), 1e-12))
+
+    def incumbent(self) -> tuple[dict[str, Any], float, float]:
+        """The measured config the model rates best, with its posterior mean and std: the model's
+        estimate, not the highest single observation (one lucky start does not make a winner)."""
+        mu, sd = self.predict(self.configs)
+        i = int(np.argmax(mu))
+        return self.configs[i], float(mu[i]), float(sd[i])
+
+
+def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
+           maximize: bool = True) -> GPModel | None:
+    """Kernel weights, length and noise by marginal likelihood over a small grid; the noise is
+    centred on `learned_noise` (the study's repeats) with a penalty as strong as their count.
+    None without a usable observation."""
     observed = [o for o in observed if o.usable]
-    if not observed or not candidates:
-        return np.zeros(len(candidates)), np.full(len(candidates), np.inf)
+    if not observed:
+        return None
     sign = 1.0 if maximize else -1.0
     y = np.array([sign * math.log(o.value) for o in observed if o.value is not None])
     x = _encode([o.params for o in observed], dists)
-    xc = _encode(list(candidates), dists)
     d_xx = _distance(x, x, dists)
-    d_cx = _distance(xc, x, dists)
     mean = float(np.mean(y))
     yc = y - mean
-    noise = max(noise_floor / 2, 1e-3) ** 2 * np.eye(len(y))
+    centre, weight = learned_noise(observed, noise_floor)
     spread = float(np.var(y)) or 0.01
-    best: tuple[float, tuple[float, float, float], Any] | None = None
-    for additive in (0.0, spread / 2, spread, 2 * spread):
-        for local in (0.0, spread / 8, spread / 2, spread):
-            for length in LENGTHS if local else LENGTHS[:1]:
-                if additive == local == 0.0:
-                    continue
-                try:
-                    factor = cho_factor(_kernel(d_xx, additive, local, length) + noise, lower=True)
-                except np.linalg.LinAlgError:
-                    continue
-                alpha = cho_solve(factor, yc)
-                nll = 0.5 * float(yc @ alpha) + float(np.sum(np.log(np.diag(factor[0]))))
-                if best is None or nll < best[0]:
-                    best = (nll, (additive, local, length), (factor, alpha))
+    eye = np.eye(len(y))
+    best: tuple[float, tuple[float, float, float], Any, float] | None = None
+    weights = (0.0, spread / 2, spread, 2 * spread), (0.0, spread / 8, spread / 2, spread)
+    kernels = [(a, loc, ln) for a in weights[0] for loc in weights[1] for ln in (LENGTHS if loc else LENGTHS[:1])
+               if a or loc]
+    for step in NOISE_STEPS:
+        noise = centre * step
+        penalty = weight * math.log(step) ** 2
+        for additive, local, length in kernels:
+            try:
+                factor = cho_factor(_kernel(d_xx, additive, local, length) + noise ** 2 * eye, lower=True)
+            except np.linalg.LinAlgError:
+                continue
+            alpha = cho_solve(factor, yc)
+            nll = 0.5 * float(yc @ alpha) + float(np.sum(np.log(np.diag(factor[0])))) + penalty
+            if best is None or nll < best[0]:
+                best = (nll, (additive, local, length), (factor, alpha), noise)
     assert best is not None
-    (additive, local, length), (factor, alpha) = best[1], best[2]
-    k_c = _kernel(d_cx, additive, local, length)
-    mu = mean + k_c @ alpha
-    v = solve_triangular(factor[0], k_c.T, lower=True)
-    var = np.maximum(additive + local - np.sum(v * v, axis=0), 0.0)
-    return mu, np.sqrt(var)
+    seen: dict[str, dict[str, Any]] = {}
+    for o in observed:
+        seen.setdefault(_key(o.params), dict(o.params))
+    return GPModel(dists, x, mean, best[1], best[2][0], best[2][1], best[3], list(seen.values()), sign)
+
+
+def gp_posterior(observed: Sequence[Observation], candidates: Sequence[dict[str, Any]],
+                 dists: dict[str, BaseDistribution], noise_floor: float,
+                 maximize: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior mean and std of log(value) (negated for minimize) at each candidate (fit_gp)."""
+    model = fit_gp(observed, dists, noise_floor, maximize)
+    if model is None or not candidates:
+        return np.zeros(len(candidates)), np.full(len(candidates), np.inf)
+    return model.predict(candidates)
+
+
+def improvement_scores(observed: Sequence[Observation], candidates: Sequence[dict[str, Any]],
+                       dists: dict[str, BaseDistribution], noise_floor: float, maximize: bool = True) -> np.ndarray:
+    """Expected improvement of each candidate over the model's incumbent (the posterior mean of
+    the best measured config, not its highest observation), with the noise the model learnt."""
+    model = fit_gp(observed, dists, noise_floor, maximize)
+    if model is None or not candidates:
+        return np.zeros(len(candidates))
+    mu, sd = model.predict(candidates)
+    return expected_improvement(mu, sd, model.incumbent()[1])
+
+
+def detectable(noise: float, rounds: int) -> float:
+    """The smallest relative (log) difference a confirmation of `rounds` fresh starts per arm
+    tells apart from zero at about 95% (two-sided), at a start-to-start noise sd of `noise`."""
+    return 1.96 * noise * math.sqrt(2.0 / max(1, rounds))
 
 
 class FailureModel:
