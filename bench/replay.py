@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import json
 import math
 import random
 import statistics
@@ -411,7 +412,22 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.03)
     parser.add_argument("--metric", default=None, help="default: output_tok_s, else tok_s")
     parser.add_argument("--level", default=None, help="load-level column; default: concurrency, else load")
+    parser.add_argument("--noise", default=None, help="replay with start noise (bench/noisy_replay.py): levels, "
+                        "e.g. table,0.02,0.05,0.1 (`table`: the table's own start-to-start spread)")
+    parser.add_argument("--out", type=Path, default=Path("bench/data"),
+                        help="with --noise: the folder of the raw outcomes (replay_noise_<table>.json, resumed)")
+    parser.add_argument("--minutes", type=float, default=1e9, help="with --noise: start no new arm after this")
     args = parser.parse_args()
+    if args.noise:
+        from bench.noisy_replay import benchmark, result_path
+        from bench.noisy_replay import report as noisy_report
+
+        done = benchmark(args.tables, args.noise.split(","), args.seeds, args.out, args.minutes)
+        print(noisy_report([json.loads(result_path(args.out, p).read_text()) for p in args.tables
+                            if result_path(args.out, p).exists()]))
+        if not done:
+            print(f"(cut at {args.minutes:g} minutes: run the same command again to go on)")
+        return
     for path in args.tables:
         table = load_table(path, args.metric, args.level)
         table.judge(args.tolerance)

@@ -1,0 +1,347 @@
+"""Replays with noise: the benchmark of the search (`python -m bench.replay --noise ...`).
+
+Each replayed start of a config draws its value from the table's own measured spread: the point's
+median x exp(start effect + the median of the table's repeats' residuals drawn again), at every
+load level, the start's value the best of its curve. The start effect is N(0, s) in log units,
+s = the noise level (2%, 5%, 10%; `table`: the table's own start-to-start spread where it has
+several starts per config, else none). One draw per (seed, config, k-th start of that config),
+shared by every arm: the arms meet the same luck.
+
+Every arm ends with its own pick, after the same stop rule (search/stopping.py) and the same
+confirmation: the model's two best measured configs re-measured CONFIRM_ROUNDS times each on fresh
+starts (counted), then the model's incumbent with those repeats is the pick. Arms differ only in
+what they measure next: random configs; plain TPE (Optuna's TPESampler); Optuna's GPSampler
+(needs torch; skipped without it); flagsearch (search/sampler.py's space-filling design, then the
+highest expected improvement over the model's incumbent); and random configs at fixed budgets
+(no stop rule), to read the starts random needs for a given pick rate. A config an Optuna sampler
+proposes again is not started again (the loop reuses the result); 25 such in a row end the
+search, as in the loop. Score: the share of seeds whose pick is best-equivalent, and the starts
+used (search + confirmation).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+
+from search.sampler import latin_design
+from search import stopping
+from search.stopping import nothing_left_to_win
+from search.surrogate import FailureModel, Observation, fit_gp, improvement_scores
+
+if TYPE_CHECKING:
+    from bench.replay import Config, Table
+
+
+def _typed(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+MAX_STARTS_PER_CONFIG = 40
+CONFIRM_TOP = 2
+CONFIRM_ROUNDS = 1
+STATED_FLOOR = 0.05  # the space schema's default measure.noise_floor: every arm's noise prior
+EXHAUSTED_AFTER = 25
+STOP_SHARE: float | None = None  # None: search/stopping.py's
+N_DESIGN: int | None = None  # None: search/sampler.py's default_design_size
+
+
+@dataclass(frozen=True)
+class Outcome:
+    good: bool  # the pick is best-equivalent
+    starts: int  # search + confirmation
+    search_starts: int
+
+
+class Noise:
+    """A table's measured spread, and the replayed starts drawn from it."""
+
+    def __init__(self, table: Table, runs: dict[tuple[Config, int], list[list[float]]]):
+        self.table = table
+        residuals = [math.log(v / float(np.median(start))) for starts in runs.values() for start in starts
+                     for v in start if v > 0]
+        self.residuals = np.array(residuals or [0.0])
+        self.repeats = 3
+        diffs = []
+        for starts in runs.values():
+            meds = [math.log(float(np.median(s))) for s in starts if s]
+            if len(meds) >= 2:
+                diffs.append(float(np.var(meds, ddof=1)))
+        self.start_sd = math.sqrt(float(np.mean(diffs))) if diffs else 0.0
+
+    def median_run_sd(self) -> float:
+        """The sd of a start's value from its runs alone (the median of `repeats` drawn residuals)."""
+        picks = np.random.default_rng(0).integers(len(self.residuals), size=(20_000, self.repeats))
+        return float(np.std(np.median(self.residuals[picks], axis=1)))
+
+    def draws(self, seed: int, start_sd: float) -> np.ndarray:
+        """values[config index, k]: the k-th start's value (NaN: the config fails)."""
+        t = self.table
+        rng = np.random.default_rng(seed)
+        n, k, lv = len(t.configs), MAX_STARTS_PER_CONFIG, len(t.levels)
+        eff = rng.normal(0.0, start_sd, size=(n, k))
+        res = self.residuals[rng.integers(len(self.residuals), size=(n, k, lv, self.repeats))]
+        run = np.median(res, axis=3)
+        true = np.full((n, lv), np.nan)
+        for i, c in enumerate(t.configs):
+            curve = t.curve(c)
+            if curve is not None:
+                true[i] = [curve[x].median if x in curve else np.nan for x in t.levels]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanmax(true[:, None, :] * np.exp(eff[:, :, None] + run), axis=2)
+
+
+def measured_runs(path: Path, table: Table) -> dict[tuple[Config, int], list[list[float]]]:
+    """The table's run values per (config, load level), one list per fresh start (as load_table
+    keeps them: clean runs, warm-up and errored runs left out)."""
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    metric = "output_tok_s" if "output_tok_s" in rows[0] else "tok_s"
+    level = "concurrency" if "concurrency" in rows[0] else "load"
+    out: dict[tuple[Config, int], dict[str, list[float]]] = {}
+    for row in rows:
+        if row.get("status") != "ok" or row.get(metric) in (None, "") or row.get("excluded") == "1":
+            continue
+        if row.get("repeat") == "-1":
+            continue
+        config = tuple(_typed(row[p]) for p in table.params)
+        if config in table.points:
+            point = out.setdefault((config, int(row[level])), {})
+            point.setdefault(row.get("start", "0"), []).append(float(row[metric]))
+    return {k: list(v.values()) for k, v in out.items()}
+
+
+class Run:
+    """One replayed study: what was measured, the starts spent."""
+
+    def __init__(self, table: Table, values: np.ndarray):
+        self.table = table
+        self.values = values
+        self.dists: dict[str, BaseDistribution] = {p: CategoricalDistribution(table.choices[p]) for p in table.params}
+        self.index = {c: i for i, c in enumerate(table.configs)}
+        self.count = [0] * len(table.configs)
+        self.observed: list[Observation] = []
+        self.tried: set[int] = set()
+        self.starts = 0
+
+    def params(self, i: int) -> dict[str, Any]:
+        return dict(zip(self.table.params, self.table.configs[i], strict=True))
+
+    def measure(self, i: int) -> float | None:
+        self.starts += 1
+        v = float(self.values[i, min(self.count[i], MAX_STARTS_PER_CONFIG - 1)])
+        self.count[i] += 1
+        self.tried.add(i)
+        value = None if math.isnan(v) else v
+        self.observed.append(Observation(self.params(i), value))
+        return value
+
+    def untried(self) -> list[int]:
+        return [i for i in range(len(self.table.configs)) if i not in self.tried]
+
+    def should_stop(self) -> bool:
+        left = self.untried()
+        return nothing_left_to_win(self.observed, [self.params(i) for i in left], self.dists, STATED_FLOOR,
+                                   min_results=len(self.dists) + 2,
+                                   share=stopping.STOP_SHARE if STOP_SHARE is None else STOP_SHARE).stop
+
+    def confirm_and_pick(self) -> Outcome:
+        search = self.starts
+        model = fit_gp(self.observed, self.dists, STATED_FLOOR)
+        if model is None:
+            return Outcome(False, self.starts, search)
+        mu, _ = model.predict(model.configs)
+        for j in np.argsort(-mu)[:CONFIRM_TOP]:
+            i = self.index[tuple(model.configs[int(j)][p] for p in self.table.params)]
+            for _ in range(CONFIRM_ROUNDS):
+                self.measure(i)
+        final = fit_gp(self.observed, self.dists, STATED_FLOOR)
+        assert final is not None
+        pick = tuple(final.incumbent()[0][p] for p in self.table.params)
+        good = any((pick, lv) in self.table.good for lv in self.table.levels)
+        return Outcome(good, self.starts, search)
+
+
+def random_stop(table: Table, values: np.ndarray, seed: int) -> Outcome:
+    run = Run(table, values)
+    order = list(range(len(table.configs)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        run.measure(i)
+        if run.should_stop():
+            break
+    return run.confirm_and_pick()
+
+
+def random_budget(budget: int) -> Callable[[Table, np.ndarray, int], Outcome]:
+    def arm(table: Table, values: np.ndarray, seed: int) -> Outcome:
+        run = Run(table, values)
+        order = list(range(len(table.configs)))
+        random.Random(seed).shuffle(order)
+        for i in order[:budget]:
+            run.measure(i)
+        return run.confirm_and_pick()
+    return arm
+
+
+def flagsearch(table: Table, values: np.ndarray, seed: int) -> Outcome:
+    run = Run(table, values)
+    n_design = N_DESIGN or max(4, min(10, len(table.params) + 2, len(table.configs) // 4))  # default_design_size
+    design = [r for r in latin_design(run.dists, n_design * 4, seed) if tuple(r.values()) in run.index][:n_design]
+    rng = np.random.default_rng(seed)
+    for row in design:
+        run.measure(run.index[tuple(row[p] for p in table.params)])
+    while run.untried() and not run.should_stop():
+        left = run.untried()
+        failures = FailureModel(run.observed, run.dists)
+        cand = [i for i in left if not failures.fails(run.params(i))] or left
+        ei = improvement_scores(run.observed, [run.params(i) for i in cand], run.dists, STATED_FLOOR)
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        run.measure(cand[int(top[int(rng.integers(len(top)))])])
+    return run.confirm_and_pick()
+
+
+def _optuna_arm(make: Callable[[int], optuna.samplers.BaseSampler]) -> Callable[[Table, np.ndarray, int], Outcome]:
+    def arm(table: Table, values: np.ndarray, seed: int) -> Outcome:
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        run = Run(table, values)
+        study = optuna.create_study(direction="maximize", sampler=make(seed))
+        seen: dict[int, float | None] = {}
+        again = 0
+        while run.untried() and again < EXHAUSTED_AFTER:
+            trial = study.ask()
+            config = tuple(trial.suggest_categorical(p, table.choices[p]) for p in table.params)
+            i = run.index.get(config)
+            if i is None:  # not in a table cut short: asked again, at no cost
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                again += 1
+                continue
+            if i in seen:  # the loop does not start a finished config again: the result is reused
+                again += 1
+                value = seen[i]
+            else:
+                again = 0
+                value = seen[i] = run.measure(i)
+            if value is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, math.log(value))
+            if again == 0 and run.should_stop():
+                break
+        return run.confirm_and_pick()
+    return arm
+
+
+def _tpe(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _gp(seed: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.GPSampler(seed=seed)
+
+
+def has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def arms(budgets: tuple[int, ...]) -> dict[str, Callable[[Table, np.ndarray, int], Outcome]]:
+    out: dict[str, Callable[[Table, np.ndarray, int], Outcome]] = {
+        "random configs + stop rule": random_stop,
+        "plain TPE + stop rule": _optuna_arm(_tpe),
+    }
+    if has_torch():
+        out["Optuna GPSampler + stop rule"] = _optuna_arm(_gp)
+    out["flagsearch + stop rule"] = flagsearch
+    for b in budgets:
+        out[f"random configs, {b} starts"] = random_budget(b)
+    return out
+
+
+def outcome_dict(o: Outcome) -> dict[str, Any]:
+    return asdict(o)
+
+
+def level_sd(level: str, noise: Noise) -> float:
+    return noise.start_sd if level == "table" else float(level)
+
+
+def result_path(folder: Path, table_path: Path) -> Path:
+    return folder / f"replay_noise_{table_path.stem}.json"
+
+
+def benchmark(paths: list[Path], levels: list[str], seeds: int, folder: Path, minutes: float,
+              budgets: tuple[int, ...] = (6, 10, 16, 24, 36)) -> bool:
+    """Fill folder/replay_noise_<table>.json (level -> arm -> [pick good, starts] per seed),
+    resuming what it holds; starts no new arm after `minutes`. True when everything is done."""
+    import json
+    import time
+
+    from bench.replay import load_table
+
+    deadline = time.monotonic() + 60 * minutes
+    for path in paths:
+        out = result_path(folder, path)
+        entry: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"table": path.stem, "levels": {}}
+        table = load_table(path)
+        table.judge(0.03)
+        noise = Noise(table, measured_runs(path, table))
+        entry.update(grid_starts=len(table.configs), good_configs=len({c for c, _ in table.good}),
+                     run_sd=round(noise.median_run_sd(), 4), table_start_sd=round(noise.start_sd, 4))
+        for level in levels:
+            sd = level_sd(level, noise)
+            done = entry["levels"].setdefault(level, {"start_sd": round(sd, 4), "arms": {}})["arms"]
+            draws = None
+            for name, arm in arms(budgets).items():
+                if len(done.get(name, [])) >= seeds:
+                    continue
+                if time.monotonic() > deadline:
+                    return False
+                draws = draws or [noise.draws(s, sd) for s in range(seeds)]
+                t0 = time.monotonic()
+                done[name] = [[int(o.good), o.starts] for o in (arm(table, draws[s], s) for s in range(seeds))]
+                out.write_text(json.dumps(entry, indent=1) + "\n")
+                print(f"{table.name} noise {level}: {name} in {time.monotonic() - t0:.0f} s", flush=True)
+    return True
+
+
+def report(entries: list[dict[str, Any]]) -> str:
+    lines = []
+    for entry in entries:
+        lines += [f"**{entry['table']}**: {entry['grid_starts']} server configs (the grid's starts), "
+                  f"{entry['good_configs']} best-equivalent; the runs' spread {100 * entry['run_sd']:.1f}% "
+                  f"(of a start's value, the median of its 3 runs), its start-to-start sd "
+                  f"{100 * entry['table_start_sd']:.1f}%" + (" (one start per config: not measured)"
+                                                               if not entry["table_start_sd"] else ""), "",
+                  "| start noise | arm | seeds | pick best-equivalent | starts: median | p90 | % of the grid |",
+                  "|---|---|---|---|---|---|---|"]
+        for level, lv in entry["levels"].items():
+            label = f"table ({100 * lv['start_sd']:.1f}%)" if level == "table" else f"{100 * float(level):g}%"
+            for arm, outs in lv["arms"].items():
+                good = np.array([o[0] for o in outs])
+                starts = np.array([o[1] for o in outs])
+                med = float(np.median(starts))
+                lines.append(f"| {label} | {arm} | {len(outs)} | {good.mean():.2f} | {med:g} | "
+                             f"{np.percentile(starts, 90, method='higher'):g} | "
+                             f"{100 * med / entry['grid_starts']:.0f}% |")
+        lines.append("")
+    return "\n".join(lines)
