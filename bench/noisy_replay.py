@@ -34,8 +34,8 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from search.sampler import latin_design
 from search import stopping
+from search.sampler import latin_design
 from search.stopping import nothing_left_to_win
 from search.surrogate import FailureModel, Observation, fit_gp, improvement_scores
 
