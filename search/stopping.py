@@ -32,7 +32,7 @@ from search.sampler import design_space, enumerate_configs, observation, probe_o
 from search.space import Space
 from search.surrogate import FailureModel, Observation, detectable, expected_improvement, fit_gp
 
-STOP_SHARE = 0.25  # stop when the expected gain left is below this share of what confirmation detects
+STOP_SHARE = 0.1  # stop when the expected gain left is below this share of what confirmation detects
 CONFIRM_ROUNDS = 3  # the fewest fresh starts per arm a confirmation runs (search/confirm.py)
 
 

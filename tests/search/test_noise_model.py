@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from search.stopping import CONFIRM_ROUNDS, nothing_left_to_win
+from search.stopping import CONFIRM_ROUNDS, STOP_SHARE, nothing_left_to_win
 from search.surrogate import Observation, detectable, fit_gp, learned_noise
 
 ABC: dict[str, list[Any]] = {"a": [0, 1, 2], "b": ["x", "y", "z"], "c": [16, 64, 256]}
@@ -68,7 +68,7 @@ def test_stop_rule_weighs_the_gain_left_against_what_confirmation_detects() -> N
     decision = nothing_left_to_win(observed, untried, DISTS, noise_floor=0.03, min_results=5)
     assert decision.noise is not None and decision.gain_left is not None and decision.detectable is not None
     assert decision.detectable == pytest.approx(detectable(decision.noise, CONFIRM_ROUNDS))
-    assert decision.detectable is not None and decision.stop == (decision.gain_left < 0.25 * decision.detectable)
+    assert decision.detectable is not None and decision.stop == (decision.gain_left < STOP_SHARE * decision.detectable)
     # The same study, measured at 10% noise: each config's values mean less, so the rule does not
     # need more proof than a confirmation could give, and says what it learnt.
     noisy_obs = [noisy(c, rng, 0.10) for c in measured for _ in range(3)]
