@@ -53,11 +53,14 @@ def _typed(value: str) -> Any:
 
 MAX_STARTS_PER_CONFIG = 40
 CONFIRM_TOP = 2
-CONFIRM_ROUNDS = 1
+CONFIRM_ROUNDS = 2
+ADAPTIVE = True
+CONTENTION = 0.1
 STATED_FLOOR = 0.05  # the space schema's default measure.noise_floor: every arm's noise prior
 EXHAUSTED_AFTER = 25
 STOP_SHARE: float | None = None  # None: search/stopping.py's
 N_DESIGN: int | None = None  # None: search/sampler.py's default_design_size
+MIN_RESULTS: int | None = None  # None: search/stopping.py's study_should_stop (one per param, plus two)
 
 
 @dataclass(frozen=True)
@@ -157,22 +160,35 @@ class Run:
     def should_stop(self) -> bool:
         left = self.untried()
         return nothing_left_to_win(self.observed, [self.params(i) for i in left], self.dists, STATED_FLOOR,
-                                   min_results=len(self.dists) + 2,
+                                   min_results=MIN_RESULTS or len(self.dists) + 2,
                                    share=stopping.STOP_SHARE if STOP_SHARE is None else STOP_SHARE).stop
 
     def confirm_and_pick(self) -> Outcome:
+        """The model's CONFIRM_TOP best measured configs re-measured on fresh starts, in rounds:
+        each round starts the leader and every config still in contention (a chance of at least
+        CONTENTION under the model that it beats the leader), at most CONFIRM_ROUNDS rounds (fixed
+        rounds of every candidate when ADAPTIVE is off); the pick is then the model's incumbent."""
         search = self.starts
         model = fit_gp(self.observed, self.dists, STATED_FLOOR)
         if model is None:
             return Outcome(False, self.starts, search)
         mu, _ = model.predict(model.configs)
-        for j in np.argsort(-mu)[:CONFIRM_TOP]:
-            i = self.index[tuple(model.configs[int(j)][p] for p in self.table.params)]
-            for _ in range(CONFIRM_ROUNDS):
-                self.measure(i)
-        final = fit_gp(self.observed, self.dists, STATED_FLOOR)
-        assert final is not None
-        pick = tuple(final.incumbent()[0][p] for p in self.table.params)
+        keys = [tuple(model.configs[int(j)][p] for p in self.table.params) for j in np.argsort(-mu)[:CONFIRM_TOP]]
+        for _ in range(CONFIRM_ROUNDS):
+            for key in keys:
+                self.measure(self.index[key])
+            model = fit_gp(self.observed, self.dists, STATED_FLOOR)
+            assert model is not None
+            if not ADAPTIVE:
+                continue
+            mu, sd = model.predict([dict(zip(self.table.params, k, strict=True)) for k in keys])
+            lead = int(np.argmax(mu))
+            z = (mu - mu[lead]) / np.sqrt(sd ** 2 + sd[lead] ** 2 + 1e-12)
+            chance = 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+            keys = [k for j, k in enumerate(keys) if j == lead or chance[j] >= CONTENTION]
+            if len(keys) < 2:
+                break
+        pick = tuple(model.incumbent()[0][p] for p in self.table.params)
         good = any((pick, lv) in self.table.good for lv in self.table.levels)
         return Outcome(good, self.starts, search)
 
