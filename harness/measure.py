@@ -30,7 +30,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -284,9 +284,15 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
                            warmup: bool, timeout_s: float, expectations: list[FeatureExpectation],
                            progress: Progress, roofline: Roofline | None = None,
                            watch_interval_s: float = 1.0, policy: MeasurePolicy | None = None,
-                           alive: Callable[[], bool] | None = None) -> WorkloadMeasurement:
-    """Warm up to a steady state, then measure until `repeats` clean runs (or the policy's CI target)."""
+                           alive: Callable[[], bool] | None = None, epoch: int = 0) -> WorkloadMeasurement:
+    """Warm up to a steady state, then measure until `repeats` clean runs (or the policy's CI target).
+
+    `epoch` numbers the measurements made on one running server (each workload of a run, then each
+    run of a reused server): its prompts are drawn under seed + epoch, so that no measurement resends
+    a prompt an earlier one left in the server's prefix cache (the nonce is built from the seed)."""
     policy = policy or DEFAULT_POLICY
+    if epoch:
+        spec = replace(spec, seed=spec.seed + epoch)
     samples: list[RunSample] = []
     warnings: list[str] = []
     steady = SteadyState(policy.metric, target_ci=policy.target_ci)

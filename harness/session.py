@@ -64,6 +64,7 @@ class RunningConfig:
     startup: StartupInfo
     fingerprint: dict[str, Any] = field(default_factory=dict)
     flags: Mapping[str, Any] = field(default_factory=dict)
+    measurements: int = 0  # workload measurements made on this server: the next one's prompt epoch
 
     @property
     def base_url(self) -> str:
@@ -157,7 +158,9 @@ def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], sett
             out[spec.name] = await measure_workload(running.engine, running.base_url, model_id, spec,
                                                     settings.repeats, settings.warmup, settings.request_timeout_s,
                                                     expectations, progress, roofline=roofline,
-                                                    policy=settings.policy, alive=running.alive)
+                                                    policy=settings.policy, alive=running.alive,
+                                                    epoch=running.measurements)
+            running.measurements += 1
             if not running.alive():
                 return
 

