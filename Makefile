@@ -37,7 +37,8 @@ test: setup
 	bash scripts/test.sh
 
 test-fast: tool
-	$(BIN)/python -m pytest -q -m "not e2e and not docker and not postgres"
+	$(BIN)/python -m pytest -q -n 2 -m "not e2e and not docker and not postgres and not serial"
+	$(BIN)/python -m pytest -q -m "serial and not e2e and not docker and not postgres"
 
 lint: tool
 	$(BIN)/ruff check search harness tests bench

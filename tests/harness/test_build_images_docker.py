@@ -9,11 +9,11 @@ from pathlib import Path
 
 import docker
 import pytest
-from conftest import TEST_IMAGE, docker_engine
-from fake_builds import git
 
 from harness.build_images import resolve_image
 from harness.builds import ensure_build, parse_build, pinned_text
+from tests.conftest import TEST_IMAGE, docker_engine
+from tests.fake_builds import git
 
 pytestmark = pytest.mark.docker
 

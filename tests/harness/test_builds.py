@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_builds import BACKEND, git
 
 from harness.build_cache import READY, list_builds, prune_builds
 from harness.build_envs import _GIT_REQ, resolved_requirement
 from harness.builds import BuildError, ensure_build, parse_build, pinned_text
+from tests.fake_builds import BACKEND, git
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import llama_request
 
 from harness import MeasureSettings, Session
 from harness.capacity import Slo, find_capacity
 from harness.stability import run_stability
 from harness.workloads import WorkloadSpec
+from tests.conftest import llama_request
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,6 @@ import docker
 import httpx
 import psutil
 import pytest
-from conftest import TEST_IMAGE, docker_engine
 
 from harness import setup_paths
 from harness.engines import EngineSettings, ModelChoice, get_engine
@@ -21,6 +20,7 @@ from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
 from harness.launch.spec import LaunchSpec
 from search.study import free_port
+from tests.conftest import TEST_IMAGE, docker_engine
 
 pytestmark = pytest.mark.docker
 
@@ -222,11 +222,10 @@ def test_sigterm_of_flagsearch_removes_its_containers(client: docker.DockerClien
     script = tmp_path / "hold.py"
     script.write_text(f"""
 import sys, time
-sys.path.insert(0, {str(Path(__file__).parent)!r})
 from pathlib import Path
 from harness.launch import get_launcher
 from harness.launch.reaper import install_signal_handlers
-from test_docker_launcher import llama_spec
+from tests.harness.test_docker_launcher import llama_spec
 install_signal_handlers()
 server = get_launcher("docker").start(llama_spec(), Path({str(tmp_path)!r}) / "sig" / "server.log")
 print(server.container_id, flush=True)

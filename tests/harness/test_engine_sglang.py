@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from documented_logs import documented_failures
 
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.sglang import SglangEngine, sglang_flags
+from tests.documented_logs import documented_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

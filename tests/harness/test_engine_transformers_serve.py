@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import require
 
 from harness import setup_paths
 from harness.engines import DIALECTS, EngineSettings, ModelChoice, get_engine
 from harness.engines.transformers_serve import ORG, TransformersServeEngine, cache_entry
 from search.cli import main
 from search.space import load_space
+from tests.conftest import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SPACE = Path(__file__).resolve().parents[2] / "spaces" / "transformers-serve-cpu.yaml"

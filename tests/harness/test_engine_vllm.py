@@ -9,7 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from documented_logs import documented_failures
 
 from harness.engines import Engine, EngineSettings, ModelChoice
 from harness.engines.vllm import VllmEngine
@@ -17,6 +16,7 @@ from harness.launch.base import Server
 from harness.launch.spec import Volume
 from harness.logprobs import Position, generate
 from harness.reference import tokenize
+from tests.documented_logs import documented_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from documented_logs import documented_failures
 
 from harness.engines import get_engine
 from harness.engines.llamacpp import LlamaCppEngine
 from harness.engines.sglang import SglangEngine
 from harness.engines.vllm import VllmEngine
+from tests.documented_logs import documented_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -22,8 +22,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from conftest import smollm2_gguf, smollm2_hf, vllm_settings
-from fault_server import OUTCOMES, record_outcome, show_table
 
 from harness import setup_paths
 from harness.client import ERROR_BODY_LIMIT, RequestResult, stream_chat
@@ -31,6 +29,8 @@ from harness.engines import get_engine
 from harness.launch import LaunchSpec, StartupError, get_launcher, reaper, wait_ready
 from harness.launch.process import ProcessServer
 from search.study import free_port
+from tests.conftest import smollm2_gguf, smollm2_hf, vllm_settings
+from tests.fault_server import OUTCOMES, record_outcome, show_table
 
 FAULT_SERVER = (Path(__file__).resolve().parents[1] / "fault_server.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,12 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from harness.hostload import LoadMeter
+
+# The meter judges the host's load: another test running beside it would be counted as foreign.
+pytestmark = pytest.mark.serial
 
 # A "server" whose worker burns CPU until killed; the server never waits for it.
 SERVER = ("import subprocess, sys, time\n"

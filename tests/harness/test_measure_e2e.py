@@ -11,7 +11,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import smollm2_gguf, smollm2_hf, start_vllm, vllm_settings
 
 from harness import setup_paths
 from harness.engines import get_engine
@@ -19,6 +18,7 @@ from harness.fingerprint import IncomparableError, check_comparable, engine_env_
 from harness.launch.base import Server
 from harness.measure import WorkloadMeasurement, measure_workload
 from harness.workloads import Item, WorkloadSpec
+from tests.conftest import smollm2_gguf, smollm2_hf, start_vllm, vllm_settings
 
 pytestmark = pytest.mark.e2e
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require, start_llama
 
 from harness import setup_paths
 from harness.launch.base import Server
 from harness.quality import QualityModel, QualityResult, assess, constraint_values
 from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, capture_reference, reference_key
+from tests.conftest import require, start_llama
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import llama_request
 
 from harness import Cause, LaunchFailed, MeasureSettings, Session, TrialFailed
 from harness.workloads import WorkloadSpec
+from tests.conftest import llama_request
 
 pytestmark = pytest.mark.e2e
 

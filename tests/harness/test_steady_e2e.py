@@ -20,7 +20,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import smollm2_gguf
 
 from harness import setup_paths
 from harness.engines import get_engine
@@ -29,6 +28,7 @@ from harness.launch.process import ProcessServer
 from harness.measure import measure_workload
 from harness.workloads import WorkloadSpec
 from search.study import free_port
+from tests.conftest import smollm2_gguf
 
 pytestmark = pytest.mark.e2e
 

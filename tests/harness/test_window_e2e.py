@@ -1,19 +1,20 @@
 """The decode window on real engines, through the one door (Session.run): every stream generates
 exactly the tokens asked for, time to first token stays out of decode_tok_s, no run of a start is a
-prefix-cache hit on a warmup's prompt (the cause of the old position effect), and an engine that
-cannot be told to ignore end of sequence gets a window problem in its result, not a shorter window."""
+prefix-cache hit on a warmup's prompt (the cause of the old position effect) or on an earlier
+measurement's prompt when the server is reused, and an engine that cannot be told to ignore end of
+sequence gets a window problem in its result, not a shorter window."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest import smollm2_gguf, smollm2_hf, vllm_settings
 
 from harness import setup_paths
 from harness.engines import EngineSettings
 from harness.session import MeasureSettings, RunRequest, Session
 from harness.workloads import WorkloadSpec
+from tests.conftest import llama_request, smollm2_gguf
 
 pytestmark = pytest.mark.e2e
 
@@ -32,9 +33,9 @@ def run(settings: EngineSettings, model_flags: tuple[object, dict[str, object]],
     return measured.workloads[workload.name]
 
 
-def assert_window_and_no_position_effect(wm: object, tokens: int, streams: int) -> None:
+def assert_window_and_no_position_effect(wm: object, tokens: int, streams: int, runs: int = 5) -> None:
     counted = wm.counted  # type: ignore[attr-defined]
-    assert len(counted) >= 5 and not wm.window_problems, wm.window_problems  # type: ignore[attr-defined]
+    assert len(counted) >= runs and not wm.window_problems, wm.window_problems  # type: ignore[attr-defined]
     for s in counted:
         assert [r.output_tokens for r in s.requests] == [tokens] * streams  # exactly N tokens each
         m = s.metrics
@@ -56,11 +57,29 @@ def test_llamacpp_window_exact_tokens_and_no_position_effect(tmp_path: Path) -> 
     assert_window_and_no_position_effect(wm, 64, 1)
 
 
-def test_vllm_window_at_four_streams(tmp_path: Path) -> None:
-    wm = run(vllm_settings(), (smollm2_hf(), {"max_model_len": 2048, "enforce_eager": True,
-                                              "served_model_name": "smollm2"}),
-             WorkloadSpec("four", ("qa", "code", "json", "math"), max_tokens=48), tmp_path, repeats=5)
-    assert_window_and_no_position_effect(wm, 48, 4)
+def test_a_reused_server_never_sees_an_earlier_measurements_prompts(llama_session: Session,
+                                                                   tmp_path: Path) -> None:
+    # Two workloads in one run, then the same run again on the kept server: every measurement draws
+    # its prompts under its own epoch, so none is a prefix-cache hit on an earlier one's.
+    request = llama_request(tmp_path, parallel=4)
+    workloads = [WorkloadSpec("one", ("qa",), max_tokens=24), WorkloadSpec("four", ("qa", "code", "json", "math"),
+                                                                           max_tokens=48)]
+    settings = MeasureSettings(repeats=2, request_timeout_s=120)
+    first = llama_session.run(request, workloads, settings)
+    second = llama_session.run(request, workloads, settings)
+    assert second.reused_server
+    for measured in (first, second):
+        assert_window_and_no_position_effect(measured.workloads["one"], 24, 1, runs=2)
+        assert_window_and_no_position_effect(measured.workloads["four"], 48, 4, runs=2)
+
+
+def test_vllm_window_at_two_streams(vllm_session: tuple[Session, RunRequest]) -> None:
+    # On the session's shared server, which earlier tests measured with the same items.
+    session, request = vllm_session
+    # Two streams: eager vLLM-CPU prefills each arriving prompt while the others wait (9 s at four).
+    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=32)],
+                           MeasureSettings(repeats=5, request_timeout_s=120))
+    assert_window_and_no_position_effect(measured.workloads["two"], 32, 2)
 
 
 def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from conftest import start_llama
 
 from harness import setup_paths
 from harness.engines import get_engine
@@ -26,6 +25,7 @@ from harness.measure import WorkloadMeasurement, measure_workload
 from harness.quality import QualityModel, assess, suites
 from harness.reference import capture_reference
 from harness.workloads import WorkloadSpec, filler_text
+from tests.conftest import start_llama
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import require
 
 from harness import setup_paths
 from search.cli import main
+from tests.conftest import require
 
 pytestmark = pytest.mark.e2e
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tiny_llama_space
 
 from harness import setup_paths
 from search.cli import main
+from tests.conftest import tiny_llama_space
 
 pytestmark = pytest.mark.e2e
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from tests.conftest import SpaceFactory
 
 from search.cli import main
 from search.confirm import STABILITY_ATTR
 from search.storage import storage_for
 from search.summary import load_view
+from tests.conftest import SpaceFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -26,7 +26,6 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from fault_server import OUTCOMES, record_outcome, show_table
 from optuna.trial import TrialState
 
 from harness import setup_paths
@@ -35,6 +34,7 @@ from search.recovery import interrupted_records
 from search.results import read_record
 from search.space import parse_space
 from search.study import RECORD_ATTR, StudyRunner, default_storage
+from tests.fault_server import OUTCOMES, record_outcome, show_table
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

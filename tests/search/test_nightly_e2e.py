@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import tiny_llama_space
 
 from harness import setup_paths
 from search import history
 from search.baseline import load_baseline
 from search.cli import main
+from tests.conftest import tiny_llama_space
 
 pytestmark = pytest.mark.e2e
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tiny_llama_space
-from fake_builds import BACKEND, git
 
 from harness import setup_paths
 from search.cli import main
+from tests.conftest import tiny_llama_space
+from tests.fake_builds import BACKEND, git
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import tiny_llama_space
 
 from search.cli import main
+from tests.conftest import tiny_llama_space
 
 pytestmark = pytest.mark.e2e
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from test_report import build_real_study, real_input
 
 from search.report import write_html
+from tests.search.test_report import build_real_study, real_input
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

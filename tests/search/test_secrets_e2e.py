@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import require, smollm2_gguf
 
 from harness import secrets, setup_paths
 from harness.engines import get_engine
 from harness.launch import get_launcher, wait_ready
 from search.results import read_record
 from search.study import free_port
+from tests.conftest import require, smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "sk-literal-in-space-5c1d9e7a"  # written in the space: known only by its key name

@@ -9,17 +9,17 @@ from typing import Any
 
 import optuna
 import pytest
-from fault_server import print_past_capture
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
-from soak import driver as soak
-from soak.audit import Tally, audit_study, table
 
 from harness.failure import Failure
 from search.results import TrialRecord, write_json_atomic
 from search.results import TrialState as RecordState
 from search.storage import BUDGET_ATTR
 from search.trial_index import RECORD_ATTR
+from tests.fault_server import print_past_capture
+from tests.soak import driver as soak
+from tests.soak.audit import Tally, audit_study, table
 
 
 @pytest.mark.e2e

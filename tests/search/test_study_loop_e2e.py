@@ -147,6 +147,7 @@ def throttled_space(name: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.serial
 def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_path: Path) -> None:
     box: list[StudyRunner] = []
     hook = stall_during(0, box)
