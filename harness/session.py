@@ -141,8 +141,20 @@ def _start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[s
     if key not in cache:
         progress("fingerprinting the engine environment")
         cache[key] = fingerprint(spec, model.path, settings.python, startup.version)
-    fp = {**cache[key], "command": command}
+    fp = {**cache[key], **_server_info(engine, spec.base_url), "command": command}
     return RunningConfig(engine, spec, server, ready_s, startup, fp, dict(flags))
+
+
+def _server_info(engine: Engine, base_url: str) -> dict[str, str]:
+    """What the running server says of its own build (vLLM /version, llama.cpp /props), per start:
+    the build that answered, not only the one installed."""
+    async def ask() -> dict[str, str]:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            return await engine.server_info(client, base_url)
+    try:
+        return asyncio.run(ask())
+    except (httpx.HTTPError, ValueError):
+        return {}
 
 
 def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], settings: MeasureSettings,

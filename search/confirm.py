@@ -31,7 +31,7 @@ from harness.hostload import LoadMeter, LoadWindow
 from harness.session import MeasureSettings, RunRequest, Session
 from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
-from search.results import TrialRecord
+from search.results import TrialRecord, TrialState
 from search.scoring import capacity_of, measure_settings, slo_of
 from search.sequential import MIN_STARTS, compare_paired, family_alpha, settled
 from search.space import Space
@@ -79,7 +79,7 @@ class Confirmation:
 
 def candidates(records: list[TrialRecord], baseline: int | None, direction: str, top_k: int) -> list[TrialRecord]:
     """The top-k feasible completed configs by the first objective, the default excluded."""
-    feasible = [r for r in records if r.state == "complete" and r.objective_values is not None
+    feasible = [r for r in records if r.state == TrialState.COMPLETE and r.objective_values is not None
                 and all(c <= 0 for c in r.constraint_values) and r.number != baseline]
     sign = 1.0 if direction == "maximize" else -1.0
     return sorted(feasible, key=lambda r: sign * (r.objective_values or [0.0])[0], reverse=True)[:top_k]

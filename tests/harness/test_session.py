@@ -41,6 +41,8 @@ def test_fresh_always_starts_anew(llama_session: Session, tmp_path: Path) -> Non
     fresh = llama_session.run(llama_request(tmp_path, fresh=True), SHORT, ONE)
     assert not fresh.reused_server and fresh.ready_s > 0 and llama_session.starts == starts + 1
     assert " -t 1 " in fresh.command and fresh.fingerprint
+    # The running server's own word on its build (llama.cpp /props), read at every start.
+    assert fresh.fingerprint["server_build_info"]
 
 
 def _signal_during_measurement(session: Session, sig: signal.Signals) -> threading.Timer:
