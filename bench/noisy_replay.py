@@ -359,7 +359,8 @@ def report(entries: list[dict[str, Any]]) -> str:
                 lines.append(f"| {label} | {arm} | {len(outs)} | {good.mean():.2f} | {med:g} | "
                              f"{np.percentile(starts, 90, method='higher'):g} | "
                              f"{100 * med / entry['grid_starts']:.0f}% |")
-        lines += ["", *(f"- {verdict(entry, level)}" for level in entry["levels"]), ""]
+        lines += ["", *(f"- {verdict(entry, level)}" for level, lv in entry["levels"].items()
+                        if "flagsearch + stop rule" in lv["arms"]), ""]
     return "\n".join(lines)
 
 
