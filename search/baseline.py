@@ -21,6 +21,7 @@ from harness.files import InputError, load_yaml
 from search.param_values import default_value
 from search.results import ResultsError, TrialState, format_version, read_json, write_json_atomic
 from search.space import Config, Space, SpaceError, load_space, parse_space
+from search.space_schema import CAPACITY
 
 # Versioned: a reader loads every earlier version (migrating it) and refuses a newer one by name.
 FORMAT_NAME = "flagsearch-baseline"
@@ -67,7 +68,9 @@ class Baseline:
     def gated_metrics(self) -> list[str]:
         if self.gate.get("metrics"):
             return list(self.gate["metrics"])
-        return [o["metric"] for o in self.config.get("objectives", [])]
+        # A space's objective is {metric: ...} or a bare name (`capacity` stands for its metric).
+        return [o["metric"] if isinstance(o, dict) else CAPACITY if o == "capacity" else str(o)
+                for o in self.config.get("objectives", [])]
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "created": self.created, "source": self.source,
