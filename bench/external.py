@@ -41,7 +41,9 @@ from harness.workloads import Item, WorkloadSpec
 from search.baseline import config_params, parse_assignments
 from search.space import load_space
 
-KEYS = [("output tok/s", "output_tok_s", 1.0), ("requests/s", "req_s", 1.0), ("TTFT p50 (ms)", "ttft_p50_s", 1e3),
+KEYS = [("decode tok/s (streams/TPOT p50)", "decode_from_tpot", 1.0),
+        ("decode tok/s (window)", "decode_tok_s", 1.0), ("output tok/s", "output_tok_s", 1.0),
+        ("requests/s", "req_s", 1.0), ("TTFT p50 (ms)", "ttft_p50_s", 1e3),
         ("TTFT p99 (ms)", "ttft_p99_s", 1e3), ("TPOT p50 (ms)", "tpot_p50_s", 1e3), ("ITL p50 (ms)", "itl_p50_s", 1e3),
         ("E2E p50 (ms)", "e2e_p50_s", 1e3), ("output tokens", "output_tokens", 1.0),
         ("prompt tokens (tool's count)", "prompt_tokens", 1.0), ("failed requests", "errors", 1.0),
@@ -161,12 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({"meta": meta, "runs": {k: [{"metrics": r["metrics"]} for r in v]
                                                            for k, v in runs.items()}}, indent=1))
     sides = [k for k, v in runs.items() if v]
+    for side in sides:  # one decode figure every tool can give: streams / per-token time after the first
+        for r in runs[side]:
+            if r["metrics"].get("tpot_p50_s"):
+                r["metrics"]["decode_from_tpot"] = args.concurrency / r["metrics"]["tpot_p50_s"]
     print(f"\n{args.concurrency} concurrent, {args.prompts} prompts/run, {args.input_len} in / {args.output_len} out, "
           f"median of {args.repeats} interleaved runs (min-max); load {load0[0]:.1f} -> {load1[0]:.1f}")
-    print(f"{'metric':<30}" + "".join(f"{s:>28}" for s in sides))
+    others = [s for s in sides if s != "flagsearch"]
+    print(f"{'metric':<32}" + "".join(f"{s:>28}" for s in sides) + "".join(f"{s + '/fs':>14}" for s in others))
     for label, key, scale in KEYS:
-        row = [cell([r["metrics"][key] * scale for r in runs[s] if key in r["metrics"]]) for s in sides]
-        print(f"{label:<30}" + "".join(f"{c:>28}" for c in row))
+        values = {s: [r["metrics"][key] * scale for r in runs[s] if key in r["metrics"]] for s in sides}
+        row = [cell(values[s]) for s in sides]
+        ratios = [f"{statistics.median(values[s]) / statistics.median(values['flagsearch']):.3f}"
+                  if values[s] and values["flagsearch"] and statistics.median(values["flagsearch"]) else "-"
+                  for s in others]
+        print(f"{label:<32}" + "".join(f"{c:>28}" for c in row) + "".join(f"{r:>14}" for r in ratios))
     return 0
 
 
