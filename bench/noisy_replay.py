@@ -340,7 +340,8 @@ def benchmark(paths: list[Path], levels: list[str], seeds: int, folder: Path, mi
     return True
 
 
-def report(entries: list[dict[str, Any]]) -> str:
+def report(entries: list[dict[str, Any]], complete_only: bool = False) -> str:
+    """Markdown per table and noise level; `complete_only`: levels where the flagsearch arm ran."""
     lines = []
     for entry in entries:
         lines += [f"**{entry['table']}**: {entry['grid_starts']} server configs (the grid's starts), "
@@ -351,6 +352,8 @@ def report(entries: list[dict[str, Any]]) -> str:
                   "| start noise | arm | seeds | pick best-equivalent | starts: median | p90 | % of the grid |",
                   "|---|---|---|---|---|---|---|"]
         for level, lv in entry["levels"].items():
+            if complete_only and "flagsearch + stop rule" not in lv["arms"]:
+                continue
             label = f"table ({100 * lv['start_sd']:.1f}%)" if level == "table" else f"{100 * float(level):g}%"
             for arm, outs in lv["arms"].items():
                 good = np.array([o[0] for o in outs])
