@@ -45,24 +45,41 @@ def test_fresh_always_starts_anew(llama_session: Session, tmp_path: Path) -> Non
     assert fresh.fingerprint["server_build_info"]
 
 
-def _signal_during_measurement(session: Session, sig: signal.Signals) -> threading.Timer:
-    running = session.pool.running
-    assert running is not None
-    pids = running.server.owned_pids()
-    assert pids
-    timer = threading.Timer(0.5, lambda: [os.kill(pid, sig) for pid in pids])
-    timer.start()
-    return timer
+class SignalWhenMeasuring:
+    """A Session's progress callback that, once armed with the kept server, sends it a signal 0.5 s
+    after the next measured run begins (not after a fixed delay: on a loaded machine that can
+    land before the run reuses the server, which then starts a new one)."""
+
+    def __init__(self, sig: signal.Signals):
+        self.sig = sig
+        self.pids: list[int] = []
+        self.timer: threading.Timer | None = None
+
+    def arm(self, session: Session) -> None:
+        running = session.pool.running
+        assert running is not None
+        self.pids = running.server.owned_pids()
+        assert self.pids
+
+    def __call__(self, message: str) -> None:
+        if self.pids and self.timer is None and ": measuring" in message:
+            self.timer = threading.Timer(0.5, lambda: [os.kill(pid, self.sig) for pid in self.pids])
+            self.timer.start()
+
+    def join(self) -> None:
+        assert self.timer is not None, "the measured run never began"
+        self.timer.join()
 
 
 def test_a_server_that_dies_while_measured_is_a_classified_crash(tmp_path: Path) -> None:
     long = [WorkloadSpec("w", ("qa",) * 2, max_tokens=2000)]
-    with Session() as session:
+    kill = SignalWhenMeasuring(signal.SIGKILL)
+    with Session(progress=kill) as session:
         session.run(llama_request(tmp_path / "a"), SHORT, ONE)  # started and kept
-        timer = _signal_during_measurement(session, signal.SIGKILL)
+        kill.arm(session)
         with pytest.raises(TrialFailed) as info:
             session.run(llama_request(tmp_path / "a"), long, ONE)
-        timer.join()
+        kill.join()
         assert info.value.failure.cause == Cause.CRASHED_AFTER_READY, info.value.failure
         assert session.pool.running is None  # the dead server is not kept
         after = session.run(llama_request(tmp_path / "a"), SHORT, ONE)  # the next run starts a new one
@@ -74,11 +91,12 @@ def test_a_frozen_server_is_unresponsive_and_stopped(tmp_path: Path) -> None:
     result); a kept server that no longer answers at all is UNRESPONSIVE, stopped, not reused."""
     frozen = MeasureSettings(repeats=1, warmup=False, request_timeout_s=2.0)
     long = [WorkloadSpec("w", ("qa",), max_tokens=2000)]
-    with Session() as session:
+    freeze = SignalWhenMeasuring(signal.SIGSTOP)
+    with Session(progress=freeze) as session:
         session.run(llama_request(tmp_path / "f"), SHORT, ONE)
-        timer = _signal_during_measurement(session, signal.SIGSTOP)
+        freeze.arm(session)
         measured = session.run(llama_request(tmp_path / "f"), long, frozen)
-        timer.join()
+        freeze.join()
         assert measured.workloads["w"].errors_by_kind.get("timeout") == 1
         running = session.pool.running
         assert running is not None and running.alive()  # still frozen, still kept

@@ -59,18 +59,18 @@ def test_llamacpp_window_exact_tokens_and_no_position_effect(tmp_path: Path) -> 
 
 def test_a_reused_server_never_sees_an_earlier_measurements_prompts(llama_session: Session,
                                                                    tmp_path: Path) -> None:
-    # Two workloads in one run, then the same run again on the kept server: every measurement draws
+    # Two workloads in one run (the second's first stream sends the first's item), then the same run
+    # again on the kept server (the session's, which earlier tests measured): every measurement draws
     # its prompts under its own epoch, so none is a prefix-cache hit on an earlier one's.
-    request = llama_request(tmp_path, parallel=4)
-    workloads = [WorkloadSpec("one", ("qa",), max_tokens=24), WorkloadSpec("four", ("qa", "code", "json", "math"),
-                                                                           max_tokens=48)]
+    request = llama_request(tmp_path)
+    workloads = [WorkloadSpec("one", ("qa",), max_tokens=24), WorkloadSpec("two", ("qa", "code"), max_tokens=48)]
     settings = MeasureSettings(repeats=2, request_timeout_s=120)
     first = llama_session.run(request, workloads, settings)
     second = llama_session.run(request, workloads, settings)
     assert second.reused_server
     for measured in (first, second):
         assert_window_and_no_position_effect(measured.workloads["one"], 24, 1, runs=2)
-        assert_window_and_no_position_effect(measured.workloads["four"], 48, 4, runs=2)
+        assert_window_and_no_position_effect(measured.workloads["two"], 48, 2, runs=2)
 
 
 def test_vllm_window_at_two_streams(vllm_session: tuple[Session, RunRequest]) -> None:

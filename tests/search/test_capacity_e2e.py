@@ -19,6 +19,7 @@ from tests.conftest import SpaceFactory
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.serial  # an absolute latency target: another test beside it would move the capacity
 def test_a_study_picks_the_config_with_the_highest_capacity(space_doc: SpaceFactory, tmp_path: Path) -> None:
     # One slot queues the second stream behind a whole 32-token answer (TTFT p90 ~0.7 s on one
     # thread); four slots serve two streams at once (~0.3 s): 0.5 s lies between.

@@ -58,9 +58,10 @@ def llamacpp_space(tmp: Path) -> Path:
     doc = {
         "name": "dist",
         "engines": {"llamacpp": {"command": [str(setup_paths.llama_server())],
-                                 "args": {"ctx_size": 2048, "parallel": 1}, "ready_timeout_s": 60}},
+                                 "args": {"ctx_size": 2048, "threads": 1}, "ready_timeout_s": 60}},
         "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
-        "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 2},
+        # -t 1 everywhere: the suite runs two tests at once on two cores, and -t 2 crawls then.
+        "params": {"parallel": {"type": "categorical", "choices": [1, 2], "default": 1},
                    "batch_size": {"type": "categorical", "choices": [512, 2048], "default": 2048},
                    "ubatch_size": {"type": "categorical", "choices": [128, 512], "default": 512}},
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},

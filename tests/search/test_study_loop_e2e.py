@@ -36,7 +36,8 @@ def space_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
                                  "args": {"ctx_size": 1024, "parallel": 1}, "ready_timeout_s": 60}},
         "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
         "params": {
-            "threads": {"type": "categorical", "choices": [2, 1], "default": 2},
+            # Default -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then.
+            "threads": {"type": "categorical", "choices": [1, 2], "default": 1},
             "batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048},
             "cache_type_k": {"type": "categorical", "choices": ["f16", "q9_0"], "default": "f16"},
         },
@@ -86,9 +87,9 @@ def test_a_rejected_value_is_never_launched_again(tmp_path: Path) -> None:
     events = Events()
     runner = runner_for(tmp_path, space_doc("rejected", 3), events)
     # Two different configs share cache_type_k=q9_0, which this llama-server build refuses.
-    runner.study.enqueue_trial({"threads": 2, "batch_size": 2048, "cache_type_k": "q9_0"})
+    runner.study.enqueue_trial({"threads": 1, "batch_size": 2048, "cache_type_k": "q9_0"})
     runner.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "q9_0"})
-    runner.study.enqueue_trial({"threads": 1, "batch_size": 2048, "cache_type_k": "f16"})
+    runner.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
     runner.run(n_trials=3)
     recs = {r.number: r for r in events.finished}
     assert recs[1].state == "failed" and recs[1].failure.cause == "bad_flag", recs[1].failure
@@ -199,8 +200,8 @@ def test_a_time_budget_stops_a_real_study(tmp_path: Path) -> None:
 
 def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Path) -> None:
     first = runner_for(tmp_path, space_doc("old-build", 3), Events())
-    first.study.enqueue_trial({"threads": 2, "batch_size": 512, "cache_type_k": "f16"})
-    first.study.enqueue_trial({"threads": 1, "batch_size": 2048, "cache_type_k": "f16"})
+    first.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
+    first.study.enqueue_trial({"threads": 2, "batch_size": 2048, "cache_type_k": "f16"})
     first.run(n_trials=3)
     view = load_view(first.study)
     best = max((r for r in view.feasible if r.number != view.baseline_number), key=lambda r: r.objective_values[0])
