@@ -45,3 +45,13 @@ def loadavg() -> tuple[float, float]:
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def typed_cell(value: str) -> Any:
+    """A table cell as the param value it was: an int, a float, or the text."""
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value

@@ -34,6 +34,7 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
+from bench.common import typed_cell
 from search import stopping
 from search.sampler import latin_design
 from search.stopping import nothing_left_to_win
@@ -42,14 +43,6 @@ from search.surrogate import FailureModel, Observation, fit_gp, improvement_scor
 if TYPE_CHECKING:
     from bench.replay import Config, Table
 
-
-def _typed(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 MAX_STARTS_PER_CONFIG = 40
 CONFIRM_TOP = 2
@@ -122,7 +115,7 @@ def measured_runs(path: Path, table: Table) -> dict[tuple[Config, int], list[lis
             continue
         if row.get("repeat") == "-1":
             continue
-        config = tuple(_typed(row[p]) for p in table.params)
+        config = tuple(typed_cell(row[p]) for p in table.params)
         if config in table.points:
             point = out.setdefault((config, int(row[level])), {})
             point.setdefault(row.get("start", "0"), []).append(float(row[metric]))

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import optuna
 
+from bench.common import typed_cell
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
 from search.space import Space, parse_space
 from search.stopping import study_should_stop
@@ -89,14 +90,6 @@ class Table:
         return None if config in self.failed else self.points.get(config)
 
 
-def _typed(value: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
 
 def _ordered(values: set[Any]) -> list[Any]:
     try:
@@ -117,7 +110,7 @@ def load_table(path: Path, metric: str | None = None, level: str | None = None) 
     samples: dict[Config, dict[int, list[float]]] = {}
     failed: set[Config] = set()
     for row in rows:
-        config = tuple(_typed(row[p]) for p in params)
+        config = tuple(typed_cell(row[p]) for p in params)
         if row.get("status") == "failed":
             failed.add(config)
             continue
