@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.concurrency} concurrent, {args.prompts} prompts/run, {args.input_len} in / {args.output_len} out, "
           f"median of {args.repeats} interleaved runs (min-max); load {load0[0]:.1f} -> {load1[0]:.1f}")
     others = [s for s in sides if s != "flagsearch"]
-    print(f"{'metric':<32}" + "".join(f"{s:>28}" for s in sides) + "".join(f"{s + '/fs':>14}" for s in others))
+    print(f"{'metric':<32}" + "".join(f"{s:>28}" for s in sides) + "".join(f"{'ratio':>14}" for _ in others))
     for label, key, scale in KEYS:
         values = {s: [r["metrics"][key] * scale for r in runs[s] if key in r["metrics"]] for s in sides}
         row = [cell(values[s]) for s in sides]
