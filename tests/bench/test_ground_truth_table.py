@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from bench import replay
+from bench.common import typed_cell
 from bench.ground_truth import Grid, done_keys, show
 from harness.files import load_yaml
 from search.space import Config, load_space
@@ -95,7 +96,7 @@ def test_replay_reads_a_written_table(grid: Grid, tmp_path: Path) -> None:
     assert table.params == list(grid.launch) and table.levels == [1, 4]
     assert len(table.points) == 2 and len(table.failed) == 1
     table.judge(0.03)
-    best = table.points[tuple(replay._typed(str(b[k])) for k in grid.launch)][4]
+    best = table.points[tuple(typed_cell(str(b[k])) for k in grid.launch)][4]
     assert best is table.best and (best.median, best.n) == (81.0, 3)  # the stall left out
     text = show(path)
     assert "| 81 (80-82) | 3 | 100.0 |" in text and "failed: oom" in text
