@@ -181,7 +181,7 @@ def previous_records(results_dir: Path, storage: str | None = None) -> list[Tria
     return [r for r in stored_records(study) if r.wall_s is not None]
 
 
-def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[str]:
+def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = (), confirm: bool = True) -> list[str]:
     free = free_at_start(space)  # the device's free memory, where this machine is the device
     lines: list[str] = []
     if free is not None:
@@ -192,7 +192,7 @@ def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = ()) -> list[s
         state = "feasible" if launch.feasible else "NOT feasible"
         lines += _describe(launch, f"# engine {launch.config.engine} / {launch.config.model} ({state})")
     lines.append(f"# the first {n} trials, in the order a run takes them:")
-    estimator = Estimator(space, records)
+    estimator = Estimator(space, records, confirm)
     sampled_s = 0.0
     for i, (origin, launch) in enumerate(planned_trials(space, n, free)):
         config = launch.config

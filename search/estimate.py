@@ -122,8 +122,9 @@ class StudyCost:
 
 
 class Estimator:
-    def __init__(self, space: Space, records: Iterable[TrialRecord] = ()):
+    def __init__(self, space: Space, records: Iterable[TrialRecord] = (), confirm: bool = True):
         self.space = space
+        self.confirm = confirm  # False under `search run --no-confirm`: no confirmation to reserve time for
         self._starts: dict[str, list[float]] = {}
         self._measures: dict[str, list[float]] = {}
         self._outcomes: list[str] = []  # "ok", "failed", "hung": for the study's own failure rates
@@ -231,7 +232,7 @@ class Estimator:
     def confirmation_s(self) -> tuple[float, float]:
         """(shortest, longest) confirmation: every arm a fresh start each round."""
         confirm = self.space.m.confirm
-        if not confirm.top_k:
+        if not confirm.top_k or not self.confirm:
             return 0.0, 0.0
         arms = 1 + confirm.top_k + len(confirm.controls)
         one = arms * self.confirmation_start_s()
@@ -268,7 +269,8 @@ class Estimator:
         out.append(f"#   longest request: {longest} tokens ({where})")
         c = self.study(trials)
         h = 3600.0
-        out.append(f"# study of {trials} trials (engines drawn evenly), then confirmation:")
+        then = ", then confirmation" if c.confirm_s[1] else ""
+        out.append(f"# study of {trials} trials (engines drawn evenly){then}:")
         out.append(f"#   trials: {c.trials_s / h:.1f} h with every config measured (one warm-up run per workload)")
         out.append(f"#   warm-up: up to +{c.warmup_extra_s / h:.1f} h when runs need all "
                    f"{self.space.m.measure.max_warmups} warm-up runs to agree")
@@ -282,6 +284,6 @@ class Estimator:
                        f"{max(MIN_CONFIRM_ROUNDS, self.space.m.confirm.max_rounds)} rounds of fresh starts: "
                        f"{c.confirm_s[0] / h:.1f}-{c.confirm_s[1] / h:.1f} h")
         else:
-            out.append("#   confirmation: none (confirm.top_k is 0)")
+            out.append(f"#   confirmation: none ({'confirm.top_k is 0' if self.confirm else '--no-confirm'})")
         out.append(f"# total: {c.low_s / h:.1f}-{c.high_s / h:.1f} h")
         return out

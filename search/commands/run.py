@@ -92,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from search.dryrun import dry_run, previous_records
 
         records = previous_records(Path(args.results) / (args.study or space.name), args.storage)
-        for line in dry_run(space, args.dry_run, records):
+        for line in dry_run(space, args.dry_run, records, confirm=not args.no_confirm):
             print(line)
         return 0
     if args.preflight or not args.no_preflight:
@@ -115,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = StudyRunner(space, storage, study_name, results_dir, reporter, seed=args.seed,
                          budget_s=args.budget_hours * 3600 if args.budget_hours else None,
                          drop_page_cache=DROP_PAGE_CACHE if args.drop_page_cache else None)
+    runner.estimator.confirm = not args.no_confirm  # --budget-hours then reserves no time for a confirmation
     if args.warm_start:
         from search.warmstart import warm_start
 

@@ -140,6 +140,11 @@ def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_start
     assert cost.low_s < cost.trials_s + cost.confirm_s[0] < cost.high_s
     # --budget-hours commits a trial only with the shortest confirmation after it.
     assert est.needed_s("atlas") == est.trial_s("atlas") + cost.confirm_s[0]
+    # Under `search run --no-confirm` no confirmation follows: the budget reserves none, the estimate shows none.
+    est.confirm = False
+    assert est.needed_s("atlas") == est.trial_s("atlas") and est.study(16).confirm_s == (0.0, 0.0)
+    assert "#   confirmation: none (--no-confirm)" in est.lines(16)
+    est.confirm = True
     for n, failure in enumerate([None, None, Failure("oom", "x"), Failure("timeout", "never ready"),
                                  Failure("memory_held", "not the config"), Failure("wont_fit", "before launch")]):
         est.observe(TrialRecord(number=n, state=TrialState.FAILED if failure else TrialState.COMPLETE, params={},
