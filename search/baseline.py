@@ -155,9 +155,14 @@ def pin(raw_doc: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     models = [m for m in raw_doc.get("models", []) if m.get("name") == model]
     if not models:
         raise ValueError(f"model {model!r} is not in the space")
-    doc: dict[str, Any] = {"name": raw_doc["name"], "engines": {engine: raw_doc["engines"][engine]},
-                           "models": models, "params": {}}
-    for key in ("description", "workloads", "measure", "quality", "objectives", "constraints"):
+    engine_doc = dict(raw_doc["engines"][engine])
+    if engine_doc.get("models") is not None:  # the checkpoints it loads: of those, only this model is kept
+        if model not in engine_doc["models"]:
+            raise ValueError(f"engine {engine!r} does not load model {model!r} (its models: "
+                             f"{', '.join(engine_doc['models'])})")
+        engine_doc["models"] = [model]
+    doc: dict[str, Any] = {"name": raw_doc["name"], "engines": {engine: engine_doc}, "models": models, "params": {}}
+    for key in ("description", "workloads", "measure", "quality", "objectives", "constraints", "slo"):
         if key in raw_doc:
             doc[key] = raw_doc[key]
     declared = raw_doc.get("params") or {}

@@ -228,7 +228,7 @@ def refuse_kind(spec: BuildSpec, settings: EngineSettings, baseline: str, side: 
         return (f"{baseline}: the engine command {shlex.join(settings.command)!r} does not start with a python "
                 f"interpreter, so a {spec.kind} {side} ({spec.value}) has nothing to replace; give the whole "
                 f"command (command:/path/engine ...) or {fix_python}")
-    if spec.kind == "image" and not docker:
+    if spec.kind in ("image", "script") and not docker:  # a script build ends as an image too
         return (f"{baseline}: the {what} runs as a local process ({shlex.join(settings.command[:2])} ...); an "
                 f"image {side} ({spec.value}) {fix_docker}")
     return None

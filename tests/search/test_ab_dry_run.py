@@ -104,3 +104,14 @@ def test_ab_and_regress_refuse_a_build_that_cannot_drive_the_engine_before_build
     assert "# baseline: nothing to build; runs the engine as configured (image ghcr.io/ggml-org/llama.cpp:server)" \
         in printed and "docker pull vllm/vllm-openai:nightly-0123abcd" in printed, printed
     assert list_builds() == [] and not (tmp_path / "r").exists()
+
+
+def test_every_shipped_space_plans_an_ab(capsys: pytest.CaptureFixture[str]) -> None:
+    # The flagship space pairs engines with checkpoints (engines.<name>.models) and runs in Docker;
+    # the capacity space has an slo block: each is pinned to its default config and planned.
+    spaces = Path(__file__).resolve().parents[2] / "spaces"
+    assert main(["ab", str(spaces / "qwen122b.yaml"), "--b-build", "vllm-image:0123abcd", "--dry-run"]) == 0
+    assert "docker pull vllm/vllm-openai:nightly-0123abcd" in capsys.readouterr().out
+    for path in sorted(spaces.glob("*.yaml")):
+        assert main(["ab", str(path), "--b-build", "command:/bin/true", "--dry-run"]) == 0, path
+        assert "# B: command:/bin/true" in capsys.readouterr().out

@@ -190,6 +190,8 @@ def test_a_build_that_cannot_drive_the_baseline_engine_is_refused_with_a_hint() 
     assert why is not None and "runs in Docker" in why and "image:" in why
     why = refuse_kind(parse_build("image:vllm/vllm-openai:nightly"), settings(), "qwen")
     assert why is not None and "docker launcher" in why
+    why = refuse_kind(parse_build("image-script:main -- ./build.sh --tag {tag}"), settings(), "qwen")
+    assert why is not None and "docker launcher" in why  # a script build ends as an image too
     llama = settings(dialect="llamacpp", command=("/opt/llama-server",), python=None)
     why = refuse_kind(parse_build("vllm==0.11.1"), llama, "x")
     assert why is not None and "does not start with a python" in why and "command:" in why
