@@ -237,3 +237,56 @@ def test_per_commit_wheel_route_installs_that_commit_or_fails(
     (tmp_path / "index" / "fedcba98").mkdir()
     with pytest.raises(BuildError, match=r"failed|not commit"):
         ensure_build(parse_build("vllm-wheel:fedcba98"))
+
+
+# ---- a rolling tag: pulled every time, pinned to the digest it names now --------------------------
+
+class _Image:
+    def __init__(self, digest: str | None, arch: str = "arm64") -> None:
+        self.id = "sha256:" + (digest or "local").ljust(64, "0")[:64]
+        self.attrs = {"RepoDigests": [f"vllm/vllm-openai@sha256:{digest}"] if digest else [], "Os": "linux",
+                      "Architecture": arch}
+
+
+class _Images:
+    """The Docker SDK's image calls, as a registry that moved the tag overnight would answer them."""
+
+    def __init__(self, local: _Image | None, remote: _Image | Exception) -> None:
+        self.local, self.remote, self.pulls = local, remote, []  # type: ignore[var-annotated]
+
+    def get(self, ref: str) -> _Image:
+        import docker.errors
+
+        if self.local is None:
+            raise docker.errors.ImageNotFound(ref)
+        return self.local
+
+    def pull(self, ref: str) -> _Image:
+        self.pulls.append(ref)
+        if isinstance(self.remote, Exception):
+            raise self.remote
+        return self.remote
+
+
+def test_a_tag_is_pulled_every_time_and_pinned_to_tonights_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    import docker
+    import docker.errors
+
+    from harness.build_images import resolve_image
+
+    last_night, tonight = "a" * 64, "b" * 64
+    images = _Images(local=_Image(last_night), remote=_Image(tonight))
+    monkeypatch.setattr(docker, "from_env", lambda **_: type("C", (), {"images": images})())
+    seen: list[str] = []
+    pinned, manifest = resolve_image("vllm/vllm-openai:nightly", seen.append)
+    # The copy on disk (last night's) is not what runs: the tag is pulled, and tonight's digest recorded.
+    assert images.pulls == ["vllm/vllm-openai:nightly"] and any("pulled every time" in s for s in seen)
+    assert pinned == f"vllm/vllm-openai@sha256:{tonight}" and manifest["image_platform"] == "linux/arm64"
+    assert "pulled" in manifest
+    # A digest already on disk is not pulled again.
+    images.local, images.pulls = _Image(tonight), []
+    assert resolve_image(pinned)[0] == pinned and images.pulls == []
+    # A failed pull never falls back to the stale local copy: the build fails and says so.
+    images.local, images.remote = _Image(last_night), docker.errors.APIError("registry unreachable")
+    with pytest.raises(BuildError, match="not used, since it may be an old night's image"):
+        resolve_image("vllm/vllm-openai:nightly")
