@@ -2,11 +2,15 @@
 # Every heavy artifact goes to FLAGSEARCH_HOME (default ~/.cache/flagsearch) and is reused.
 SHELL := /bin/bash
 # The first of python3.11, python3.12, python3 that runs and is 3.11 or 3.12 (Ubuntu 24.04 and DGX OS
-# ship 3.12; a pyenv shim of a version that is not selected fails to run and is skipped). Override
-# with PYTHON=/path/to/python; VENV=DIR puts the tool's venv elsewhere (e.g. a second Python version).
-PYTHON ?= $(shell for p in python3.11 python3.12 python3; do \
-	$$p -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' >/dev/null 2>&1 \
-	&& command -v $$p && break; done)
+# ship 3.12). A pyenv shim of a version that is not selected fails to run: the same name is then
+# looked up in pyenv's installed versions, so `make tool PYTHON=python3.12` works while 3.11 is
+# pyenv's global. PYTHON=/path/to/python picks one; VENV=DIR puts the tool's venv elsewhere (e.g. a
+# second Python version).
+PYENV_BINS := $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.1[12]*/bin)
+override PYTHON := $(shell for p in $(or $(PYTHON),python3.11 python3.12 python3); do \
+	for c in $$p $(addsuffix /$$p,$(PYENV_BINS)); do \
+	$$c -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))' >/dev/null 2>&1 \
+	&& command -v $$c && break 2; done; done)
 VENV ?= .venv
 BIN := $(VENV)/bin
 export FLAGSEARCH_HOME ?= $(HOME)/.cache/flagsearch

