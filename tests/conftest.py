@@ -180,7 +180,7 @@ def docker_engine() -> Iterator[docker.DockerClient]:
         c.close()
 
 def tiny_llama_space(tmp: Path) -> Path:
-    """One stream, 16 output tokens, three measured runs after one warmup: seconds per round."""
+    """One stream, 16 output tokens, three measured runs after one warmup, no quality suite: seconds per round."""
     server = require(setup_paths.llama_server(), "llama-server")
     model = require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
@@ -195,6 +195,9 @@ def tiny_llama_space(tmp: Path) -> Path:
         # machine; the paired test absorbs what a round shares with the other side).
         "measure": {"repeats": 3, "warmup": True, "max_warmups": 1, "request_timeout_s": 60},
         "objectives": [{"metric": "single.output_tok_s", "direction": "maximize"}],
+        # Its users test gates, builds and workflows: the smoke suite would add 5 s to each side's
+        # first two starts (tests/search/test_ab_e2e.py covers quality in a comparison).
+        "quality": {"suite": None},
     }
     path = tmp / "space.yaml"
     path.write_text(yaml.safe_dump(doc))
