@@ -56,6 +56,9 @@ def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
     server = str(setup_paths.llama_server())
     doc = yaml.safe_load(space.read_text())
     doc["engines"]["llamacpp"]["command"] = [sys.executable, "-m", "fakeengine", server]
+    # A second, longer workload that --workload leaves out: one workload measured and gated, as a PR
+    # check on a 12-minute start would ask.
+    doc["workloads"].append({"name": "long", "streams": ["qa"], "max_tokens": 64})
     space.write_text(yaml.safe_dump(doc))
     repo, base, head = launcher_repo(tmp_path)
     monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))  # the builds go here, not the user's cache
@@ -63,7 +66,7 @@ def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
     out = tmp_path / "ab"
     code = main(["ab", str(space), "--a-build", f"fakeengine @ git+file://{repo}@main",
                  "--b-build", f"fakeengine @ git+file://{repo}@refs/pull/1/head", "--rounds", "1",
-                 "--out", str(out), "--quiet"])
+                 "--workload", "single", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     assert not report["failed_sides"] and not report["errors"], report["headline"]
     assert code in (0, 1, 2)  # one round decides nothing; both sides ran
@@ -72,6 +75,9 @@ def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
     assert (a_build["git_ref"], a_build["git_commit"]) == ("main", base)
     assert (b_build["git_ref"], b_build["git_commit"]) == ("refs/pull/1/head", head)
     assert run["a"]["samples"]["single.output_tok_s"] and run["b"]["samples"]["single.output_tok_s"]
+    measured = {m.partition(".")[0] for side in ("a", "b") for m in run[side]["samples"]}
+    judged = {v["metric"].partition(".")[0] for v in report["verdicts"]}
+    assert "long" not in measured | judged and "single" in judged, (measured, judged)  # (and startup.*)
     # Each side ran its own build's launcher, which started the real llama-server.
     assert "/builds/pip-fakeengine-" in run["b"]["command"] and server in run["b"]["command"]
     assert run["a"]["command"].split()[0] != run["b"]["command"].split()[0]
