@@ -16,6 +16,9 @@ The fault is chosen by a path prefix, so one server serves every fault:
     stall:K:S     every request streams 16 tokens 10 ms apart; the K-th request to this prefix (from 1)
                   waits S seconds before its first token (gap:K:S: between its 8th and 9th token)
 Started with --never-ready, /health answers 503 forever. POST /reset clears the burst counters.
+Started with --fault <fault>[:<arg>], a path without the /f/ prefix gets that fault: a server started
+by the door (harness.Session.run, as a vLLM-dialect engine: it accepts and ignores --model) serves
+its fault at the base URL the door measures.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ MODEL = "fault-model"
 
 
 class State:
-    def __init__(self, never_ready: bool):
+    def __init__(self, never_ready: bool, fault: str = "ok"):
         self.never_ready = never_ready
+        self.fault = fault  # the fault of paths without the /f/ prefix
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
 
@@ -89,7 +93,8 @@ class Handler(BaseHTTPRequestHandler):
             head, _, rest = path[3:].partition("/")
             fault, _, arg = head.partition(":")
             return fault, arg, "/" + rest
-        return "ok", "", path
+        fault, _, arg = self.server.state.fault.partition(":")
+        return fault, arg, path
 
     # ---- routes ---------------------------------------------------------------------------------
     def do_GET(self) -> None:
@@ -237,8 +242,10 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--never-ready", action="store_true", help="/health answers 503 forever")
+    p.add_argument("--fault", default="ok", help="the fault of paths without the /f/ prefix")
+    p.add_argument("--model", help="ignored: the door passes the model path as it does to vLLM")
     args = p.parse_args()
-    server = FaultHTTPServer((args.host, args.port), State(args.never_ready))
+    server = FaultHTTPServer((args.host, args.port), State(args.never_ready, args.fault))
     print(f"fault server listening on {args.host}:{args.port}", flush=True)
     server.serve_forever()
 

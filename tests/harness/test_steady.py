@@ -2,43 +2,35 @@
 
 The fault server (tests/fault_server.py) streams 16 tokens 10 ms apart and makes one chosen request
 wait 2 s before its first token (`stall`) or between two tokens (`gap`): what a compile, a cache
-fill or a frozen neighbour does to a real engine. The real-engine variant is in test_steady_e2e.py.
+fill or a frozen neighbour does to a real engine. It is started and measured through the door
+(Session.run) as a vLLM-dialect engine, a fresh start per measurement (its request counter is the
+fault's clock). The real-engine variant is in test_steady_e2e.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from harness import EngineSettings, MeasureSettings, ModelChoice, RunRequest, Session
 from harness.client import RequestResult
-from harness.engines import get_engine
-from harness.launch import LaunchSpec, get_launcher, wait_ready
-from harness.launch.process import ProcessServer
-from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement, measure_workload
+from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement
 from harness.steady import review_runs
 from harness.workloads import WorkloadSpec
-from search.study import free_port
 
 FAULT_SERVER = (Path(__file__).resolve().parents[1] / "fault_server.py")
+# vLLM's dialect: /health, /tokenize (the fault server counts words) and --model, which it ignores.
+FAULT_ENGINE = EngineSettings(name="fault", dialect="vllm", command=(sys.executable, str(FAULT_SERVER)),
+                              ready_timeout_s=30.0)
 
 
 @pytest.fixture(scope="module")
-def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessServer]:
-    port = free_port()
-    spec = LaunchSpec(engine="fault", argv=(sys.executable, str(FAULT_SERVER), "--port", str(port)),
-                      host="127.0.0.1", port=port, ready_timeout_s=30.0)
-    server = get_launcher("process").start(spec, tmp_path_factory.mktemp("stall") / "fault.log")
-    assert isinstance(server, ProcessServer)
-    try:
-        wait_ready(server, "/health", spec.ready_timeout_s)
-        yield server
-    finally:
-        server.stop()
+def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, Path]]:
+    with Session() as session:
+        yield session, tmp_path_factory.mktemp("stall")
 
 
 # Two warmup runs of 0.2 s agree within 90% even on a busy machine: these tests are about stalls,
@@ -46,17 +38,18 @@ def stall_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessSe
 STEADY = MeasurePolicy(warmup_tolerance=0.9)
 
 
-def measure(server: ProcessServer, fault: str, repeats: int = 3, warmup: bool = True,
+def measure(door: tuple[Session, Path], fault: str, repeats: int = 3, warmup: bool = True,
             policy: MeasurePolicy = STEADY) -> WorkloadMeasurement:
-    httpx.post(server.spec.base_url + "/reset", timeout=5)
+    session, tmp = door
+    request = RunRequest(FAULT_ENGINE, ModelChoice(name="fault-model", path=str(FAULT_SERVER)), {"fault": fault},
+                         {}, tmp / fault.replace(":", "-"), fresh=True)
     spec = WorkloadSpec("w", ("qa",), max_tokens=16)
-    return asyncio.run(measure_workload(get_engine("vllm"), f"{server.spec.base_url}/f/{fault}", "fault-model",
-                                        spec, repeats, warmup, 30.0, [], lambda _: None, policy=policy))
+    return session.run(request, [spec], MeasureSettings(repeats, warmup, 30.0, policy)).workloads["w"]
 
 
-def test_a_stalled_first_token_is_excluded_and_measured_again(stall_server: ProcessServer) -> None:
+def test_a_stalled_first_token_is_excluded_and_measured_again(door: tuple[Session, Path]) -> None:
     # Request 3 = the second measured run (warmup, then the agreeing run 2 counts as the first).
-    wm = measure(stall_server, "stall:3:2.0")
+    wm = measure(door, "stall:3:2.0")
     assert wm.steady is not None and wm.steady.converged and wm.steady.warmups == 1
     excluded = [s for s in wm.samples if s.excluded]
     assert len(excluded) == 1 and "first token after" in excluded[0].flags[0]
@@ -66,36 +59,36 @@ def test_a_stalled_first_token_is_excluded_and_measured_again(stall_server: Proc
     assert all(max(r.ttft_s or 0 for r in s.requests) < 1.0 for s in wm.counted)
 
 
-def test_a_gap_in_the_middle_of_a_stream_is_a_stall(stall_server: ProcessServer) -> None:
-    wm = measure(stall_server, "gap:2:2.0", repeats=2, warmup=False)
+def test_a_gap_in_the_middle_of_a_stream_is_a_stall(door: tuple[Session, Path]) -> None:
+    wm = measure(door, "gap:2:2.0", repeats=2, warmup=False)
     flagged = [s for s in wm.samples if s.flags]
     assert len(flagged) == 1 and flagged[0].excluded and "inter-token gap" in flagged[0].flags[0]
     assert len(wm.counted) == 2 and wm.summary["itl_p99_s"].max < 1.0
 
 
-def test_a_stalled_first_run_is_caught_once_later_runs_exist(stall_server: ProcessServer) -> None:
+def test_a_stalled_first_run_is_caught_once_later_runs_exist(door: tuple[Session, Path]) -> None:
     # No warmup: the first measured run itself stalls, and is judged against the runs after it.
-    wm = measure(stall_server, "stall:1:2.0", repeats=2, warmup=False)
+    wm = measure(door, "stall:1:2.0", repeats=2, warmup=False)
     assert wm.samples[0].excluded and len(wm.counted) == 2
 
 
-def test_recurring_stalls_count_after_the_cap(stall_server: ProcessServer) -> None:
+def test_recurring_stalls_count_after_the_cap(door: tuple[Session, Path]) -> None:
     # With no re-measurement allowed the stall stays in, flagged and said.
-    wm = measure(stall_server, "stall:3:2.0", policy=MeasurePolicy(warmup_tolerance=0.9, max_remeasure=0))
+    wm = measure(door, "stall:3:2.0", policy=MeasurePolicy(warmup_tolerance=0.9, max_remeasure=0))
     assert not any(s.excluded for s in wm.samples)
     assert any(s.flags for s in wm.samples)
     assert any("part of this config's behaviour" in w for w in wm.warnings)
     assert wm.summary["ttft_p50_s"].max > 2.0
 
 
-def test_a_clean_server_has_no_flags_and_converges(stall_server: ProcessServer) -> None:
-    wm = measure(stall_server, "stall:999:2.0")
+def test_a_clean_server_has_no_flags_and_converges(door: tuple[Session, Path]) -> None:
+    wm = measure(door, "stall:999:2.0")
     assert wm.steady is not None and wm.steady.converged
     assert not any(s.flags for s in wm.samples) and len(wm.samples) == 3
 
 
-def test_ci_target_measures_until_reached_or_capped(stall_server: ProcessServer) -> None:
-    wm = measure(stall_server, "stall:999:2.0", repeats=2,
+def test_ci_target_measures_until_reached_or_capped(door: tuple[Session, Path]) -> None:
+    wm = measure(door, "stall:999:2.0", repeats=2,
                  policy=MeasurePolicy(warmup_tolerance=0.9, target_ci=1e-6, max_repeats=5))
     assert wm.steady is not None and wm.steady.stopped_by == "max_repeats" and len(wm.counted) == 5
     assert wm.steady.achieved_ci is not None and wm.steady.achieved_ci > 1e-6
