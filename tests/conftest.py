@@ -26,7 +26,11 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
             "TORCHINDUCTOR_CACHE_DIR": str(setup_paths.home() / "cache" / "inductor"),
             # vLLM 0.32.0's CPU AOT compile cache never loads back: without it, starts reuse the
             # inductor cache (84 s instead of 135 s for a compiled start; spaces/smollm2-cpu.yaml).
-            "VLLM_USE_AOT_COMPILE": "0"}
+            "VLLM_USE_AOT_COMPILE": "0",
+            # One unpinned OpenMP thread, as llama-server's `-t 1`: vLLM's "auto" binding pins every
+            # server to the same core of this 2-core machine, so two vLLM processes under pytest-xdist
+            # shared one core (a failing start took 140 s instead of 30 s).
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
 def require(path: Path, what: str) -> Path:
