@@ -4,53 +4,39 @@ and measured again, so the stall sets no value (harness/steady.py).
 The server runs under harness/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
 wrapper SIGSTOPs llama-server for 2 s, what a compile, a cache fill or a frozen neighbour does. The
 signal is sent once the second measured run's request is in flight (the server's own
-requests_processing gauge says so), so the stall lands inside that run.
+requests_processing gauge says so), so the stall lands inside that run. Both servers are started
+and measured through the door (Session.run): the wrapper is the engine's command, llama-server's
+arguments follow it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from harness import setup_paths
-from harness.engines import get_engine
-from harness.launch import LaunchSpec, get_launcher, wait_ready
+from harness import MeasureSettings, RunRequest, Session
 from harness.launch.process import ProcessServer
-from harness.measure import measure_workload
 from harness.workloads import WorkloadSpec
-from search.study import free_port
-from tests.conftest import smollm2_gguf
+from tests.conftest import llama_settings, smollm2_gguf
 
 pytestmark = pytest.mark.e2e
 
 THROTTLE = Path(__file__).resolve().parents[2] / "harness" / "throttle.py"
+FLAGS = {"ctx_size": 2048, "parallel": 1, "threads": 1}
 
 
-@pytest.fixture()
-def frozen_llama(tmp_path: Path) -> Iterator[ProcessServer]:
-    binary = setup_paths.llama_server()
-    if not binary.exists():
-        pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
-    port = free_port()
-    argv = (sys.executable, str(THROTTLE), "0", "--stall-s", "2", "--", str(binary), "-m", smollm2_gguf().path,
-            "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--metrics")
-    server = get_launcher("process").start(LaunchSpec(engine="llamacpp", argv=argv, host="127.0.0.1", port=port,
-                                                      ready_timeout_s=60.0), tmp_path / "llama.log")
-    assert isinstance(server, ProcessServer)
-    try:
-        wait_ready(server, "/health", 60.0)
-        yield server
-    finally:
-        server.stop()
+def throttled(tmp: Path, *options: str) -> RunRequest:
+    """llama-server (SmolLM2 Q4_1, one slot) under harness/throttle.py with these options."""
+    binary = llama_settings().command[0]
+    settings = llama_settings(command=(sys.executable, str(THROTTLE), *options, "--", binary))
+    return RunRequest(settings, smollm2_gguf(), FLAGS, {}, tmp)
 
 
 def stall_when_busy(server: ProcessServer, done: threading.Event) -> None:
@@ -68,21 +54,26 @@ def stall_when_busy(server: ProcessServer, done: threading.Event) -> None:
         time.sleep(0.01)
 
 
-def test_a_frozen_server_mid_run_is_measured_again(frozen_llama: ProcessServer) -> None:
+def test_a_frozen_server_mid_run_is_measured_again(tmp_path: Path) -> None:
     done = threading.Event()
     started: list[threading.Thread] = []
 
     def progress(label: str) -> None:
         if "measuring 2/" in label and not started:
-            started.append(threading.Thread(target=stall_when_busy, args=(frozen_llama, done), daemon=True))
+            running = session.pool.running  # the wrapper the door started: the signal's target
+            assert running is not None and isinstance(running.server, ProcessServer)
+            started.append(threading.Thread(target=stall_when_busy, args=(running.server, done), daemon=True))
             started[0].start()
 
     spec = WorkloadSpec("w", ("qa",), max_tokens=32)
     try:
-        wm = asyncio.run(measure_workload(get_engine("llamacpp"), frozen_llama.spec.base_url, "m", spec, 3, True,
-                                          120.0, [], progress))
+        with Session(progress=progress, keep_server=False) as session:
+            measured = session.run(throttled(tmp_path, "0", "--stall-s", "2"), [spec],
+                                   MeasureSettings(repeats=3, warmup=True, request_timeout_s=120.0))
     finally:
         done.set()
+    wm = measured.workloads["w"]
+    assert started, "the second measured run never began"
     # The frozen run (the second measured) is out; on a busy machine a scheduling stall of its own
     # may take the other re-measurement, which is the rule working too.
     frozen = [s for s in wm.samples if s.repeat == 1]
@@ -98,19 +89,11 @@ def test_a_frozen_server_mid_run_is_measured_again(frozen_llama: ProcessServer) 
 def test_a_stretched_server_streams_intact_through_the_proxy(tmp_path: Path) -> None:
     """harness/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
     proxy: readiness, the stream, its usage and the server's metrics all pass through it."""
-    binary = setup_paths.llama_server()
-    port = free_port()
-    argv = (sys.executable, str(THROTTLE), "0.3", "--stretch", "--", str(binary), "-m", smollm2_gguf().path,
-            "--host", "127.0.0.1", "--port", str(port), "-c", "2048", "-np", "1", "-t", "1", "--metrics")
-    server = get_launcher("process").start(LaunchSpec(engine="llamacpp", argv=argv, host="127.0.0.1", port=port,
-                                                      ready_timeout_s=60.0), tmp_path / "llama.log")
-    try:
-        wait_ready(server, "/health", 60.0)
-        wm = asyncio.run(measure_workload(get_engine("llamacpp"), server.spec.base_url, "m",
-                                          WorkloadSpec("w", ("qa",), max_tokens=16), 2, True, 120.0, [],
-                                          lambda _: None))
-    finally:
-        server.stop()
+    with Session(keep_server=False) as session:
+        measured = session.run(throttled(tmp_path, "0.3", "--stretch"), [WorkloadSpec("w", ("qa",), max_tokens=16)],
+                               MeasureSettings(repeats=2, warmup=True, request_timeout_s=120.0))
+    wm = measured.workloads["w"]
+    assert "throttle.py 0.3 --stretch --" in measured.command
     assert wm.errors == 0 and len(wm.counted) == 2
     assert all(r.output_tokens == 16 and r.ttft_s for s in wm.counted for r in s.requests)
     assert all(s.metrics_error is None and s.server.get("generation_tokens") == 16 for s in wm.counted)
