@@ -13,6 +13,7 @@ from harness import setup_paths
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
 from search.summary import load_view
+from tests.conftest import VLLM_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -40,7 +41,7 @@ def space_doc(served_name: str) -> dict:
         "name": "e2e-vllm",
         "engines": {"vllm": {
             "command": [python, "-m", "vllm.entrypoints.openai.api_server"],
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+            "env": dict(VLLM_ENV),  # the test servers' (one unpinned thread: xdist runs a test beside it)
             "args": {"enforce_eager": True, "served_model_name": served_name},
             "ready_timeout_s": 900,
         }},
