@@ -139,6 +139,16 @@ def llama_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
         yield session
 
 
+class Quiet:
+    """A study reporter (search.study.Reporter) that prints nothing: for tests that run a study
+    in-process and read its records."""
+
+    def trial_started(self, *args: object) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def trial_finished(self, record: object) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
 SpaceFactory = Callable[..., dict[str, Any]]
 
 

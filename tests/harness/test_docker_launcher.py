@@ -20,7 +20,7 @@ from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
 from harness.launch.spec import LaunchSpec
 from search.study import free_port
-from tests.conftest import TEST_IMAGE, docker_engine
+from tests.conftest import TEST_IMAGE, Quiet, docker_engine
 
 pytestmark = pytest.mark.docker
 
@@ -172,12 +172,6 @@ def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient,
         "objectives": [{"metric": "short.output_tok_s"}],
     }, "docker-space")
     results = tmp_path / "results"
-
-    class Quiet:
-        def trial_started(self, *args: object) -> None: ...
-        def phase(self, text: str) -> None: ...
-        def trial_finished(self, record: object) -> None: ...
-        def note(self, text: str) -> None: ...
 
     StudyRunner(space, default_storage(results), "docker", results, Quiet()).run(n_trials=1)
     (record,) = load_view(StudyRunner(space, default_storage(results), "docker", results, Quiet()).study).records

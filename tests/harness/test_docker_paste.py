@@ -31,6 +31,7 @@ from harness.launch.spec import LaunchSpec
 from harness.session import free_port
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
+from tests.conftest import Quiet
 
 IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
 
@@ -181,13 +182,6 @@ def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(
     assert line.startswith("docker run ") and "--entrypoint /opt/llama/bin/llama-server" in line
     with pasted(line, spec.port, client, env) as container:
         assert _essentials(container.attrs) == reference
-
-
-class Quiet:
-    def trial_started(self, *a: object) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def trial_finished(self, record: object) -> None: ...
-    def note(self, text: str) -> None: ...
 
 
 @pytest.mark.docker

@@ -23,6 +23,7 @@ from harness.reference import tokenize
 from search.space import parse_space
 from search.study import StudyRunner, default_storage, free_port
 from search.summary import load_view
+from tests.conftest import Quiet
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SPACE = Path(__file__).resolve().parents[2] / "spaces" / "llamacpp-cpu.yaml"
@@ -243,7 +244,7 @@ def test_search_over_the_llamacpp_cpu_space(tmp_path: Path) -> None:
         workload["max_tokens"] = 16
     space = parse_space(doc, str(SPACE))
     results = tmp_path / "results"
-    runner = StudyRunner(space, default_storage(results), "llamacpp-e2e", results, _Quiet())
+    runner = StudyRunner(space, default_storage(results), "llamacpp-e2e", results, Quiet())
     runner.run(n_trials=1)  # as `search run` starts: the space's defaults (threads 2)
     default = {k: v for k, v in space.default_config().items() if k not in ("engine", "model")}
     runner.study.enqueue_trial({**default, "threads": 1})
@@ -268,10 +269,3 @@ def test_search_over_the_llamacpp_cpu_space(tmp_path: Path) -> None:
         for sample in samples:
             assert sample["metrics"]["server_vs_usage_tokens"] == pytest.approx(1.0, abs=0.05)
         assert Path(rec.log_path or "").exists()
-
-
-class _Quiet:
-    def trial_started(self, *args: object) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def trial_finished(self, record: object) -> None: ...
-    def note(self, text: str) -> None: ...

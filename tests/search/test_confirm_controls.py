@@ -11,6 +11,7 @@ import yaml
 from search.confirm import Arm, _answer
 from search.gate import MetricVerdict
 from search.space import SpaceError, parse_space
+from tests.conftest import Quiet
 
 
 def verdict(kind: str, ratio: float) -> MetricVerdict:
@@ -75,12 +76,6 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
            "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 32}],
            "objectives": [{"metric": "single.output_tok_s"}], "quality": {"suite": None},
            "budget": {"trials": 1}, "confirm": {"top_k": 0, "max_rounds": 4, "controls": [{"slowdown": 0.5}]}}
-
-    class Quiet:
-        def trial_started(self, *a: object) -> None: ...
-        def phase(self, text: str) -> None: ...
-        def trial_finished(self, record: object) -> None: ...
-        def note(self, text: str) -> None: ...
 
     results = tmp_path / "results"
     runner = StudyRunner(parse_space(doc, "control"), default_storage(results), "control", results, Quiet())

@@ -12,15 +12,9 @@ import yaml
 from search.dryrun import dry_run, previous_records
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
+from tests.conftest import Quiet
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Quiet:
-    def trial_started(self, *a: object) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def trial_finished(self, record: object) -> None: ...
-    def note(self, text: str) -> None: ...
 
 
 def engine_line(lines: list[str]) -> str:

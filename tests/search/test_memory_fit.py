@@ -10,6 +10,7 @@ from search.memory_fit import estimate
 from search.sampler import is_failed
 from search.space import Config, Space, parse_space
 from search.study import StudyRunner, default_storage
+from tests.conftest import Quiet
 
 
 def space(command: str = "/nonexistent/vllm") -> dict:
@@ -52,13 +53,6 @@ def test_estimate_needs_the_facts() -> None:
     del doc["device"]
     s = parse_space(doc)
     assert estimate(s, config_of(s, gpu_memory_utilization=0.5, max_model_len=131072, kv_cache_dtype="auto")) is None
-
-
-class Quiet:
-    def trial_started(self, *a: object) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def trial_finished(self, record: object) -> None: ...
-    def note(self, text: str) -> None: ...
 
 
 def test_study_records_a_misfit_without_launching(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from search.param_values import check_value
 from search.space import load_space
 from search.study import StudyRunner
 from search.summary import load_view
+from tests.conftest import Quiet
 
 QWEN = Path(__file__).resolve().parents[2] / "spaces" / "qwen122b.yaml"
 _LEFT_OUT = {"max_num_seqs": None, "max_num_batched_tokens": None, "enable_prefix_caching": None}
@@ -144,12 +145,6 @@ def test_the_known_good_configs_are_queued_and_run_first() -> None:
 
 def test_a_real_study_takes_the_queue_in_the_same_order(tmp_path: Path) -> None:
     """The runner enqueues the default and the space's queue; Optuna hands them out in that order."""
-    class Quiet:
-        def trial_started(self, *a: Any) -> None: ...
-        def phase(self, text: str) -> None: ...
-        def trial_finished(self, record: Any) -> None: ...
-        def note(self, text: str) -> None: ...
-
     space = load_space(QWEN)
     runner = StudyRunner(space, f"sqlite:///{tmp_path / 'study.db'}", "q", tmp_path, Quiet())
     waiting = runner.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))

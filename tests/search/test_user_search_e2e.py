@@ -11,16 +11,10 @@ from harness import setup_paths
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
 from search.summary import load_view
+from tests.conftest import Quiet
 
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).resolve().parents[1] / "data" / "user"
-
-
-class Quiet:
-    def trial_started(self, *a: object) -> None: ...
-    def phase(self, text: str) -> None: ...
-    def trial_finished(self, record: object) -> None: ...
-    def note(self, text: str) -> None: ...
 
 
 def test_a_user_prompt_file_drives_a_search(tmp_path: Path) -> None:
