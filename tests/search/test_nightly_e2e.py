@@ -9,7 +9,8 @@ A/A run is gated at 50% (the paired gate's interval for one short workload reach
 other agents' load). Both sides are kept running and alternate runs (--keep-servers): under
 other agents' load the spread between server starts dwarfs the one between alternating runs. The
 inconclusive run asks for a 0.1% minimum effect at alpha 0.001 within 4 rounds, which no measurement can
-settle: the run goes past the gate's first look (3 rounds) to the cap, as an unsettled nightly does.
+settle: the run goes past the gate's first look (3 rounds) to the cap, as an unsettled nightly does
+(one measured run per round: it needs an unsettled gate, not a precise number).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
 
     # Unsettled: rounds past the first look up to the cap, then red and not promoted.
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{server} --threads 1", ROUNDS="4",
-                                NIGHTLY_ARGS=f"{keep} --min-effect 0.001 --alpha 0.001")
+                                NIGHTLY_ARGS=f"{keep} --min-effect 0.001 --alpha 0.001 --repeats 1")
     result = night["results"][0]
     assert code == 3 and result["outcome"] == "inconclusive" and result["rounds"] == 4, out[-3000:]
     assert "::error::inconclusive" in out and not (work / "reports" / "promoted").exists()
