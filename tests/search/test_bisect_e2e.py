@@ -1,8 +1,8 @@
 """`search bisect` over real engine builds finds the injected regression.
 
 Four command builds of the real llama-server (SmolLM2 Q4_1, `-t 1`): b0 the binary, b1 a copy of it
-at another path, b2 and b3 the binary behind harness/throttle.py --stretch 0.7 (every response byte
-delivered 3.3x later than it came: throughput x 0.3 whatever the load, far beyond the 20% threshold
+at another path, b2 and b3 the binary behind harness/throttle.py --stretch 0.5 (every response byte
+delivered 2x later than it came: throughput x 0.5 whatever the load, far beyond the 20% threshold
 used here and beyond the spread of a round under other agents' load, which was seen 2.7x between
 rounds of one server; the SIGSTOP throttle is no slowdown under contention). The first
 regressed build is b2. The search probes b3 against b0 (is there a regression at all?), then b1
@@ -35,7 +35,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     server = setup_paths.llama_server()
     copy = tmp_path / "llama-server-copy"
     shutil.copy2(server, copy)
-    slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.7 --stretch -- {server}"
+    slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch -- {server}"
     builds = [{"build": f"command:{server}", "label": "b0"}, {"build": f"command:{copy}", "label": "b1"},
               {"build": f"command:{slow}", "label": "b2-throttled"},
               {"build": f"command:{slow}", "label": "b3-throttled"}]
@@ -56,7 +56,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     probes, answer = state["probes"], state["next"]
     first = probes[0]
     assert (first["good"], first["build"], first["verdict"]) == (0, 3, "regressed"), first
-    assert -95 < first["change_pct"] < -40 and first["rounds"] == 5
+    assert -90 < first["change_pct"] < -30 and first["rounds"] == 5
     assert first["fingerprint_b"]["build"]["label"] == "b3-throttled"
     text = (out / "bisect.md").read_text()
     if answer["outcome"] == "found":
