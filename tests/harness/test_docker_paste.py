@@ -31,9 +31,9 @@ from harness.launch.spec import LaunchSpec
 from harness.session import free_port
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
-from tests.conftest import Quiet
+from tests.conftest import TEST_IMAGE, Quiet
 
-IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+IMAGE = TEST_IMAGE
 
 
 def vllm_like(argv0: tuple[str, ...], **kw: object) -> LaunchSpec:
@@ -88,22 +88,10 @@ def _essentials(attrs: dict) -> dict:
             "security": host.get("SecurityOpt"), "privileged": host["Privileged"]}
 
 
-@pytest.fixture(scope="module")
-def docker_env() -> Iterator[tuple[docker.DockerClient, dict[str, str]]]:
-    """The Docker engine DOCKER_HOST names, else the one scripts/dockerd.sh starts; and the
-    environment a user's shell would have (DOCKER_HOST set)."""
-    sock = setup_paths.home() / "docker" / "docker.sock"
-    env = dict(os.environ)
-    if "DOCKER_HOST" not in env and sock.exists():
-        env["DOCKER_HOST"] = f"unix://{sock}"
-    os.environ.setdefault("DOCKER_HOST", env.get("DOCKER_HOST", ""))
-    try:
-        client = docker.from_env(timeout=60)
-        client.images.get(IMAGE)
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
-    yield client, env
-    client.close()
+@pytest.fixture
+def docker_env(docker_client: docker.DockerClient) -> tuple[docker.DockerClient, dict[str, str]]:
+    """The session's Docker engine, and the environment a user's shell would have (DOCKER_HOST set)."""
+    return docker_client, dict(os.environ)
 
 
 def llama_docker_settings() -> EngineSettings:

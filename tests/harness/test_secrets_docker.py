@@ -5,11 +5,9 @@ API key the containerised server demands is sent by the tool's clients. A REAL D
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
-import docker
 import httpx
 import pytest
 
@@ -18,20 +16,15 @@ from harness.client import server_client
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import Volume, get_launcher, wait_ready
 from search.study import free_port
+from tests.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.docker
-IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
+IMAGE = TEST_IMAGE
 API_KEY = "sk-docker-literal-77e3f0a1"
 
 
+@pytest.mark.usefixtures("docker_client")  # the session's engine, with the image (DOCKER_HOST set)
 def test_container_log_is_scrubbed_while_it_runs_and_the_key_is_sent(tmp_path: Path) -> None:
-    sock = setup_paths.home() / "docker" / "docker.sock"
-    if "DOCKER_HOST" not in os.environ and sock.exists():
-        os.environ["DOCKER_HOST"] = f"unix://{sock}"
-    try:
-        docker.from_env(timeout=60).images.get(IMAGE)
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no usable Docker engine ({exc}): run `scripts/dockerd.sh start` first", pytrace=False)
     binary, model = setup_paths.llama_server(), setup_paths.smollm2_gguf()
     settings = EngineSettings(
         name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
