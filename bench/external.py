@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from bench.common import DATA, REPO, request_for
-from harness import Measurement, MeasureSettings, RunRequest, Session, get_engine, setup_paths
+from harness import Measurement, MeasureSettings, RunRequest, Session, flagsearch_home, get_engine
 from harness.client import served_model_id
 from harness.external_bench import parse_export, run_vllm_bench
 from harness.workloads import Item, WorkloadSpec
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--space", type=Path, default=REPO / "bench" / "tables" / "external-llamacpp.yaml",
                     help="the server to measure: a space's default config")
     ap.add_argument("--set", action="append", help="a param of that config: k=v (repeatable)")
-    ap.add_argument("--tokenizer", default=str(setup_paths.smollm2_hf()), help="HF folder for the external tools")
+    ap.add_argument("--tokenizer", default=str(flagsearch_home.smollm2_hf()), help="HF folder for the external tools")
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=4)
@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeats):
             runs["flagsearch"].append({"metrics": builtin(session, request, args, i + 1)[0]})
             keep = tmp / f"vllm-bench-{i}.json"
-            res = run_vllm_bench(str(setup_paths.vllm_python()), base, model_id, args.tokenizer,
+            res = run_vllm_bench(str(flagsearch_home.vllm_python()), base, model_id, args.tokenizer,
                                  input_len=ext_len, output_len=args.output_len, prompts=args.prompts,
-                                 concurrency=args.concurrency, vllm_version=f"{setup_paths.VLLM_VERSION}+cpu",
+                                 concurrency=args.concurrency, vllm_version=f"{flagsearch_home.VLLM_VERSION}+cpu",
                                  keep=keep, seed=i)
             runs["vllm bench serve"].append({"metrics": res.metrics, "export": str(keep), "command": res.notes})
             if args.aiperf:

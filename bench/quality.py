@@ -49,7 +49,7 @@ from harness import (
     RunRequest,
     Session,
     TrialFailed,
-    setup_paths,
+    flagsearch_home,
 )
 from harness.quality import QualityModel, QualityResult, checks_for, quality_metrics, suites
 from harness.reference import ReferenceSpec, prompt_sets
@@ -71,7 +71,7 @@ CONFIGS: list[tuple[str, dict[str, Any], tuple[str, list[str]] | None]] = [
 
 
 def request(log_dir: Path, model: Path, flags: dict[str, Any]) -> RunRequest:
-    settings = EngineSettings(name="llamacpp", dialect="llamacpp", command=(str(setup_paths.llama_server()),),
+    settings = EngineSettings(name="llamacpp", dialect="llamacpp", command=(str(flagsearch_home.llama_server()),),
                               ready_timeout_s=120)
     return RunRequest(settings, ModelChoice(name=model.stem, path=str(model)), {**BASE, **flags}, {}, log_dir,
                       fresh=True)
@@ -110,7 +110,7 @@ def row(label: str, kind: str, res: Any, elapsed: float) -> dict[str, Any]:
 
 
 def big(args: argparse.Namespace) -> None:
-    good = setup_paths.smollm2_gguf()
+    good = flagsearch_home.smollm2_gguf()
     suite = args.suite
     if args.max_tokens:  # the same checks, answers capped (and allowed to be cut): a scaled-down run
         capped = [{k: v for k, v in dataclasses.asdict(c).items() if v not in (None, (), "", False)}
@@ -149,7 +149,7 @@ def big(args: argparse.Namespace) -> None:
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)), "loadavg_before": load_before,
             "loadavg_after": load_after, "model": good.name, "base_flags": BASE, "suite": args.suite,
             "quality": quality.model_dump(), "max_tokens_cap": args.max_tokens, "reference_checks": ref.checks,
-            "llama_server": str(setup_paths.llama_server())}
+            "llama_server": str(flagsearch_home.llama_server())}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str))
     print(f"\nsuite {args.suite}: reference passes {sum(c['passed'] for c in ref.checks)}/{len(ref.checks)}; "

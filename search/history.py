@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import secrets, setup_paths
+from harness import flagsearch_home, secrets
 from harness.files import load_jsonl
 from search.results import ResultsError, format_version
 
@@ -35,7 +35,7 @@ COLUMNS = ("time", "baseline", "source", "candidate", "build", "metric", "verdic
 
 
 def history_dir() -> Path:
-    return Path(os.environ.get("FLAGSEARCH_HISTORY") or setup_paths.home() / "history")
+    return Path(os.environ.get("FLAGSEARCH_HISTORY") or flagsearch_home.home() / "history")
 
 
 def history_path(baseline: str, directory: Path | None = None) -> Path:

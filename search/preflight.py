@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings, get_engine
 from harness.engines.base import flag_name
 from harness.launch.spec import KEEP_ENTRYPOINT
@@ -250,7 +250,7 @@ def known_flags(settings: EngineSettings) -> tuple[set[str] | None, str]:
     """The flags this engine build's own --help prints (cached per build), or why there are none."""
     argv = help_argv(settings)
     key = hashlib.sha256(json.dumps([_identity(settings), argv]).encode()).hexdigest()[:20]
-    cache = setup_paths.home() / "preflight" / f"help-{settings.name}-{key}.json"
+    cache = flagsearch_home.home() / "preflight" / f"help-{settings.name}-{key}.json"
     if cache.is_file():
         return set(json.loads(cache.read_text())["flags"]), "cached"
     try:

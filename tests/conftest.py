@@ -17,13 +17,13 @@ import docker.errors
 import pytest
 import yaml
 
-from harness import EngineSettings, ModelChoice, RunRequest, Session, setup_paths
+from harness import EngineSettings, ModelChoice, RunRequest, Session, flagsearch_home
 from harness.launch.base import Server
 from harness.session import ServerPool
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-            "VLLM_CACHE_ROOT": str(setup_paths.home() / "cache" / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(setup_paths.home() / "cache" / "inductor"),
+            "VLLM_CACHE_ROOT": str(flagsearch_home.home() / "cache" / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(flagsearch_home.home() / "cache" / "inductor"),
             # vLLM 0.32.0's CPU AOT compile cache never loads back: without it, starts reuse the
             # inductor cache (84 s instead of 135 s for a compiled start; spaces/smollm2-cpu.yaml).
             "VLLM_USE_AOT_COMPILE": "0",
@@ -40,7 +40,7 @@ def require(path: Path, what: str) -> Path:
 
 
 def vllm_settings(**overrides: object) -> EngineSettings:
-    python = str(require(setup_paths.vllm_python(), "the vLLM-CPU environment"))
+    python = str(require(flagsearch_home.vllm_python(), "the vLLM-CPU environment"))
     base = dict(name="vllm", dialect="vllm", command=(python, "-m", "vllm.entrypoints.openai.api_server"),
                 env=VLLM_ENV, python=python, ready_timeout_s=300.0)
     base.update(overrides)
@@ -48,15 +48,15 @@ def vllm_settings(**overrides: object) -> EngineSettings:
 
 
 def smollm2_hf() -> ModelChoice:
-    return ModelChoice(name="smollm2-135m", path=str(require(setup_paths.smollm2_hf(), "the SmolLM2 HF model")))
+    return ModelChoice(name="smollm2-135m", path=str(require(flagsearch_home.smollm2_hf(), "the SmolLM2 HF model")))
 
 
 def smollm2_gguf() -> ModelChoice:
-    return ModelChoice(name="smollm2-135m-q4_1", path=str(require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")))
+    return ModelChoice(name="smollm2-135m-q4_1", path=str(require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")))
 
 
 def llama_settings(**overrides: object) -> EngineSettings:
-    binary = str(require(setup_paths.llama_server(), "llama-server"))
+    binary = str(require(flagsearch_home.llama_server(), "llama-server"))
     base = dict(name="llamacpp", dialect="llamacpp", command=(binary,), ready_timeout_s=60.0)
     base.update(overrides)
     return EngineSettings(**base)  # type: ignore[arg-type]
@@ -150,7 +150,7 @@ def space_doc() -> SpaceFactory:
     def make(**overrides: Any) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "name": "test",
-            "engines": {"llamacpp": {"command": [str(require(setup_paths.llama_server(), "llama-server"))],
+            "engines": {"llamacpp": {"command": [str(require(flagsearch_home.llama_server(), "llama-server"))],
                                      "args": {"ctx_size": 2048, "alias": "smollm2"}, "ready_timeout_s": 60}},
             "models": [{"name": "smollm2", "path": str(smollm2_gguf().path)}],
             "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
@@ -172,7 +172,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
     scripts/dockerd.sh starts under FLAGSEARCH_HOME (DOCKER_HOST is then set, for the launchers and
     the commands tests run), with the test image present; a missing engine is a setup error, never
     a skip."""
-    sock = setup_paths.home() / "docker" / "docker.sock"
+    sock = flagsearch_home.home() / "docker" / "docker.sock"
     if "DOCKER_HOST" not in os.environ and sock.exists():
         os.environ["DOCKER_HOST"] = f"unix://{sock}"
     try:
@@ -188,8 +188,8 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
 def tiny_llama_space(tmp: Path) -> Path:
     """One stream, 16 output tokens, three measured runs after one warmup, no quality suite: seconds per round."""
-    server = require(setup_paths.llama_server(), "llama-server")
-    model = require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
+    server = require(flagsearch_home.llama_server(), "llama-server")
+    model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
         "name": "bisect-e2e",
         "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(server)],

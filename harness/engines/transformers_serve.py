@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines.base import (
     Engine,
     EngineSettings,
@@ -90,7 +90,7 @@ class TransformersServeEngine(Engine):
 
     def build_launch(self, settings: EngineSettings, model: ModelChoice, flags: Mapping[str, Any],
                      env: Mapping[str, str], port: int) -> LaunchSpec:
-        hub = setup_paths.home() / "cache" / "transformers-serve-hub"
+        hub = flagsearch_home.home() / "cache" / "transformers-serve-hub"
         repo_id = cache_entry(model, hub)
         negatable = frozenset(k for k, v in flags.items() if isinstance(v, bool))
         argv = [*settings.command, repo_id, "--host", settings.host, "--port", str(port)]

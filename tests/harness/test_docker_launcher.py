@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
@@ -35,8 +35,8 @@ def nothing_left_behind(docker_client: docker.DockerClient) -> Iterator[None]:
 
 
 def llama_settings(**overrides: object) -> EngineSettings:
-    binary = setup_paths.llama_server()
-    model_dir = setup_paths.smollm2_gguf().parent
+    binary = flagsearch_home.llama_server()
+    model_dir = flagsearch_home.smollm2_gguf().parent
     base = dict(name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
                 image=IMAGE, ready_timeout_s=120.0,
                 volumes=(Volume("/usr", "/usr", read_only=True),
@@ -47,7 +47,7 @@ def llama_settings(**overrides: object) -> EngineSettings:
 
 
 def llama_spec(**overrides: object) -> LaunchSpec:
-    model = ModelChoice("smollm2", "/models/" + setup_paths.smollm2_gguf().name)
+    model = ModelChoice("smollm2", "/models/" + flagsearch_home.smollm2_gguf().name)
     return get_engine("llamacpp").build_launch(llama_settings(**overrides), model,
                                                {"threads": 2, "parallel": 1, "ctx_size": 2048}, {}, free_port())
 
@@ -153,18 +153,18 @@ def test_a_search_trial_through_the_docker_launcher(docker_client: docker.Docker
     from search.study import StudyRunner, default_storage
     from search.summary import load_view
 
-    model_dir = setup_paths.smollm2_gguf().parent
+    model_dir = flagsearch_home.smollm2_gguf().parent
     space = parse_space({
         "name": "docker-llamacpp",
         "engines": {"llamacpp": {
             "dialect": "llamacpp", "launcher": "docker", "image": IMAGE,
             "command": ["/opt/llama/bin/llama-server"],
             "volumes": [{"host": "/usr", "container": "/usr", "read_only": True},
-                        {"host": str(setup_paths.llama_server().parent), "container": "/opt/llama/bin",
+                        {"host": str(flagsearch_home.llama_server().parent), "container": "/opt/llama/bin",
                          "read_only": True},
                         {"host": str(model_dir), "container": "/models", "read_only": True}],
             "args": {"ctx_size": 2048, "parallel": 1, "threads": 1}, "ready_timeout_s": 120}},
-        "models": [{"name": "smollm2", "path": "/models/" + setup_paths.smollm2_gguf().name}],
+        "models": [{"name": "smollm2", "path": "/models/" + flagsearch_home.smollm2_gguf().name}],
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 300},
         "workloads": [{"name": "short", "streams": ["qa"], "max_tokens": 8}],
         "quality": {"suite": None},

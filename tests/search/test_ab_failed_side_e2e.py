@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.cli import main
 from tests.conftest import require
 
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.e2e
 
 
 def _space(tmp: Path) -> Path:
-    server = require(setup_paths.llama_server(), "llama-server")
-    model = require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
+    server = require(flagsearch_home.llama_server(), "llama-server")
+    model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
         "name": "smollm2-ab-failed-side",
         "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(server)],

@@ -61,16 +61,16 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     """The default of a real llama-server study and the same config behind harness/throttle.py
     --stretch 0.5 (a known 0.5x), confirmed with fresh starts: the control is called regressed
     (or the verdict is withheld because other programs took the CPU, which the answer says)."""
-    from harness import setup_paths
+    from harness import flagsearch_home
     from search.commands.confirm import confirm_study
     from search.study import StudyRunner, default_storage
 
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     doc = {"name": "control", "engines": {"llamacpp": {"command": [str(binary)], "ready_timeout_s": 60,
                                                        "args": {"ctx_size": 1024, "parallel": 1}}},
-           "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+           "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
            "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
            "measure": {"repeats": 2, "warmup": True, "request_timeout_s": 60},
            "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 32}],

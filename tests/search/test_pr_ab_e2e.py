@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.cli import main
 from tests.conftest import tiny_llama_space
 from tests.fake_builds import BACKEND, git
@@ -53,7 +53,7 @@ def launcher_repo(root: Path) -> tuple[Path, str, str]:
 def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     space = tiny_llama_space(tmp_path)
-    server = str(setup_paths.llama_server())
+    server = str(flagsearch_home.llama_server())
     doc = yaml.safe_load(space.read_text())
     doc["engines"]["llamacpp"]["command"] = [sys.executable, "-m", "fakeengine", server]
     # A second, longer workload that --workload leaves out: one workload measured and gated, as a PR

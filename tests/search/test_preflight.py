@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings
 from harness.launch.spec import Volume
 from search.preflight import _argv_flags, host_path, preflight
@@ -28,7 +28,7 @@ ABSENT = "flagsearch/no-such-image:0"
 
 
 def _docker_host() -> None:
-    sock = setup_paths.home() / "docker" / "docker.sock"
+    sock = flagsearch_home.home() / "docker" / "docker.sock"
     if "DOCKER_HOST" not in os.environ and sock.exists():
         os.environ["DOCKER_HOST"] = f"unix://{sock}"
 
@@ -86,9 +86,9 @@ def test_a_checkpoint_declared_with_mtp_whose_index_has_none_is_named(tmp_path: 
 
 
 def _broken_space(tmp_path: Path) -> Path:
-    python = str(setup_paths.vllm_python())
-    llama = setup_paths.llama_server()
-    models = setup_paths.smollm2_gguf().parent
+    python = str(flagsearch_home.vllm_python())
+    llama = flagsearch_home.llama_server()
+    models = flagsearch_home.smollm2_gguf().parent
     docker_volumes = [{"host": "/usr", "container": "/usr", "read_only": True},
                       {"host": str(llama.parent), "container": "/opt/llama/bin", "read_only": True},
                       {"host": str(models), "container": str(models), "read_only": True}]
@@ -106,8 +106,8 @@ def _broken_space(tmp_path: Path) -> Path:
                       "command": ["/opt/llama/bin/llama-server"], "volumes": docker_volumes,
                       "models": ["smollm2-gguf"]},
         },
-        "models": [{"name": "smollm2-hf", "path": str(setup_paths.smollm2_hf())},
-                   {"name": "smollm2-gguf", "path": str(setup_paths.smollm2_gguf())},
+        "models": [{"name": "smollm2-hf", "path": str(flagsearch_home.smollm2_hf())},
+                   {"name": "smollm2-gguf", "path": str(flagsearch_home.smollm2_gguf())},
                    {"name": "missing", "path": str(tmp_path / "no-such-checkpoint")}],
         "params": {
             "max_num_seq": {"type": "categorical", "choices": [2, 4], "when": {"engine": "vllm_cpu"}},
@@ -123,7 +123,7 @@ def _broken_space(tmp_path: Path) -> Path:
 def test_a_broken_space_fails_preflight_with_one_line_per_problem_and_starts_nothing(tmp_path: Path) -> None:
     _docker_host()
     space_file = _broken_space(tmp_path)
-    for what in (setup_paths.vllm_python(), setup_paths.llama_server(), setup_paths.smollm2_gguf()):
+    for what in (flagsearch_home.vllm_python(), flagsearch_home.llama_server(), flagsearch_home.smollm2_gguf()):
         if not what.exists():
             pytest.fail(f"{what} is missing: run `make setup` first", pytrace=False)
     runs = []
@@ -150,7 +150,7 @@ def test_a_broken_space_fails_preflight_with_one_line_per_problem_and_starts_not
         assert lines.count(f"{src}: ") == len(expected), out.stderr  # nothing else was found wrong
         assert "preflight: 5 problem(s); nothing was started" in lines
         assert not (tmp_path / "results" / "broken").exists()  # no study was even created
-    cached = list((setup_paths.home() / "preflight").glob("help-*.json"))
+    cached = list((flagsearch_home.home() / "preflight").glob("help-*.json"))
     assert {p.name.split("-")[1] for p in cached} >= {"vllm_cpu", "llama", "llama_docker"}
     print(f"preflight of the broken space: {runs[0]} s, then {runs[1]} s with the flags cached")
 

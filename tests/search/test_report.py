@@ -22,7 +22,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.client import RequestResult
 from harness.measure import RunSample, WorkloadMeasurement
 from search.report import (
@@ -328,8 +328,8 @@ def build_real_study(base: Path) -> Path:
     folder = results / "report-e2e"
     if (folder / "DONE").exists():
         return folder
-    server = setup_paths.llama_server()
-    model = setup_paths.smollm2_gguf()
+    server = flagsearch_home.llama_server()
+    model = flagsearch_home.smollm2_gguf()
     for path, what in ((server, "llama-server"), (model, "the SmolLM2 GGUF")):
         if not path.exists():
             pytest.fail(f"{what} is missing at {path}: run `make setup` first", pytrace=False)

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import DIALECTS, EngineSettings, ModelChoice, get_engine
 from harness.launch import LaunchSpec, get_launcher
 from harness.launch.spec import REDACTED, redact_argv
@@ -186,7 +186,7 @@ SECRET_LITERAL = "sk-literal-secret-2b8e41"
 def test_secrets_never_reach_anything_the_tool_writes(tmp_path: Path) -> None:
     """A real search with a token in the environment, a key written into the space (env and an
     engine flag), then a baseline: grep every byte the tool wrote and printed."""
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     doc = {
@@ -197,7 +197,7 @@ def test_secrets_never_reach_anything_the_tool_writes(tmp_path: Path) -> None:
             # The token also reaches the engine's argv (and so its log and the served model id).
             "args": {"ctx_size": 1024, "parallel": 1, "alias": "${HF_TOKEN}"},
             "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         "params": {"threads": {"type": "categorical", "choices": [1], "default": 1}},
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 16}],
@@ -324,12 +324,12 @@ def test_a_corrupted_study_database_is_a_one_line_error(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_servers_listen_on_loopback_only(tmp_path: Path) -> None:
     """From the OS: a real server started from a default space listens on 127.0.0.1, nowhere else."""
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     doc = {"name": "s", "engines": {"e": {"dialect": "llamacpp", "command": [str(binary)],
                                           "args": {"ctx_size": 512, "parallel": 1}}},
-           "models": [{"name": "m", "path": str(setup_paths.smollm2_gguf())}],
+           "models": [{"name": "m", "path": str(flagsearch_home.smollm2_gguf())}],
            "workloads": [{"name": "w", "streams": ["qa"]}], "objectives": [{"metric": "w.output_tok_s"}]}
     space = parse_space(doc, "s.yaml")
     port = free_port()

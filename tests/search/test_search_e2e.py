@@ -9,7 +9,7 @@ import psutil
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
 from search.summary import load_view
@@ -36,7 +36,7 @@ class Recorder:
 
 
 def space_doc(served_name: str) -> dict:
-    python = str(setup_paths.vllm_python())
+    python = str(flagsearch_home.vllm_python())
     return {
         "name": "e2e-vllm",
         "engines": {"vllm": {
@@ -45,7 +45,7 @@ def space_doc(served_name: str) -> dict:
             "args": {"enforce_eager": True, "served_model_name": served_name},
             "ready_timeout_s": 900,
         }},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_hf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_hf())}],
         "params": {
             "max_model_len": {"type": "categorical", "choices": [2048, 100000], "default": 2048},
             "max_num_seqs": {"type": "categorical", "choices": [4, 128], "default": 128},

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
 from search.summary import load_view
@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_damaged_checkpoint_never_wins(tmp_path: Path) -> None:
-    good = setup_paths.smollm2_gguf()
+    good = flagsearch_home.smollm2_gguf()
     damaged = tmp_path / "smollm2-damaged.gguf"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "damage_model.py"), str(good), str(damaged),
                     "--tensor", "blk.15.ffn_down.weight", "--zero"], check=True, timeout=300)
     doc = {
         "name": "quality-e2e",
-        "engines": {"llamacpp": {"command": [str(setup_paths.llama_server())],
+        "engines": {"llamacpp": {"command": [str(flagsearch_home.llama_server())],
                                  "args": {"ctx_size": 2048, "parallel": 1, "threads": 1}, "ready_timeout_s": 60}},
         "models": [{"name": "good", "path": str(good)}, {"name": "damaged", "path": str(damaged)}],
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from harness import secrets, setup_paths
+from harness import flagsearch_home, secrets
 from harness.engines import get_engine
 from harness.launch import get_launcher, wait_ready
 from search.results import read_record
@@ -61,7 +61,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_literal_secret_in_a_space_is_in_no_file_and_no_output(tmp_path: Path) -> None:
-    binary = require(setup_paths.llama_server(), "llama-server")
+    binary = require(flagsearch_home.llama_server(), "llama-server")
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(space_doc(binary, Path(smollm2_gguf().path)), sort_keys=False))
     outputs: dict[str, subprocess.CompletedProcess[str]] = {}
@@ -96,7 +96,7 @@ def test_literal_secret_in_a_space_is_in_no_file_and_no_output(tmp_path: Path) -
 def test_server_log_is_scrubbed_while_the_server_runs(tmp_path: Path) -> None:
     """Not only at stop: what the server printed at start is already clean on disk while it serves,
     and the key it demands is sent by the tool's clients."""
-    binary = require(setup_paths.llama_server(), "llama-server")
+    binary = require(flagsearch_home.llama_server(), "llama-server")
     engine = get_engine("llamacpp")
     from harness.engines import EngineSettings
 

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.commands.confirm import confirm_study
 from search.space import parse_space
 from search.study import StudyRunner, counted_trials, default_storage
@@ -27,14 +27,14 @@ pytestmark = pytest.mark.e2e
 
 
 def space_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     doc: dict[str, Any] = {
         "name": name,
         "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(binary)],
                                  "args": {"ctx_size": 1024, "parallel": 1}, "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         "params": {
             # Default -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then.
             "threads": {"type": "categorical", "choices": [1, 2], "default": 1},

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.space import parse_space
 from search.study import StudyRunner, default_storage
 from search.summary import load_view
@@ -20,9 +20,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "user"
 def test_a_user_prompt_file_drives_a_search(tmp_path: Path) -> None:
     doc = {
         "name": "user-prompts",
-        "engines": {"llamacpp": {"command": [str(setup_paths.llama_server())],
+        "engines": {"llamacpp": {"command": [str(flagsearch_home.llama_server())],
                                  "args": {"ctx_size": 2048, "threads": 1}, "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         "params": {"parallel": {"type": "categorical", "choices": [1, 2, 4]}},
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
         "workloads": [{"name": "mine", "source": {"path": str(DATA / "prompts.jsonl")}, "concurrency": 2,

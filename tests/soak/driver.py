@@ -41,7 +41,7 @@ from typing import Any
 import optuna
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.launch import reaper
 from search.storage import default_storage
 
@@ -73,7 +73,7 @@ class SoakSettings:
 
 
 def space_doc(settings: SoakSettings, fault_dir: Path) -> dict[str, Any]:
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         raise SystemExit(f"llama-server is missing at {binary}: run `make setup` first")
     return {
@@ -84,7 +84,7 @@ def space_doc(settings: SoakSettings, fault_dir: Path) -> dict[str, Any]:
             "args": {"threads": 1, "parallel": 1, "flash_attn": "on"},
             "ready_timeout_s": 60,
         }},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         # 96 configs, all launch flags: every trial is its own start. One thread: two OpenMP threads
         # on a 2-core machine shared with other work can run 10x slower and time out on their own.
         "params": {
