@@ -143,24 +143,28 @@ class Quiet:
 SpaceFactory = Callable[..., dict[str, Any]]
 
 
+def llama_space_doc(engine_args: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
+    """The one space builder for tests: a small llama-server space (SmolLM2 Q4_1); `engine_args`
+    replaces the engine's fixed args, a keyword any top-level key (params=..., workloads=...)."""
+    args = {"ctx_size": 2048, "alias": "smollm2"} if engine_args is None else engine_args
+    doc: dict[str, Any] = {
+        "name": "test",
+        "engines": {"llamacpp": {"command": [str(require(flagsearch_home.llama_server(), "llama-server"))],
+                                 "args": args, "ready_timeout_s": 60}},
+        "models": [{"name": "smollm2", "path": str(smollm2_gguf().path)}],
+        "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
+        "measure": {"repeats": 1, "request_timeout_s": 30},
+        "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "w.output_tok_s"}],
+    }
+    return {**doc, **overrides}
+
+
 @pytest.fixture(scope="session")
 def space_doc() -> SpaceFactory:
-    """The one space builder for tests: a small llama-server space (SmolLM2 Q4_1), any top-level
-    key replaced by a keyword (params=..., workloads=..., budget=...)."""
-    def make(**overrides: Any) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "name": "test",
-            "engines": {"llamacpp": {"command": [str(require(flagsearch_home.llama_server(), "llama-server"))],
-                                     "args": {"ctx_size": 2048, "alias": "smollm2"}, "ready_timeout_s": 60}},
-            "models": [{"name": "smollm2", "path": str(smollm2_gguf().path)}],
-            "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
-            "measure": {"repeats": 1, "request_timeout_s": 30},
-            "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
-            "quality": {"suite": None},
-            "objectives": [{"metric": "w.output_tok_s"}],
-        }
-        return {**doc, **overrides}
-    return make
+    """llama_space_doc, as a fixture."""
+    return llama_space_doc
 
 
 TEST_IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")

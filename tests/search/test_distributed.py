@@ -15,9 +15,9 @@ import optuna
 import pytest
 import yaml
 
-from harness import flagsearch_home
 from search.storage import BUDGET_ATTR, counted_trials
 from search.study import RECORD_ATTR
+from tests.conftest import llama_space_doc
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,20 +55,13 @@ def postgres_url() -> str:
 
 
 def llamacpp_space(tmp: Path) -> Path:
-    doc = {
-        "name": "dist",
-        "engines": {"llamacpp": {"command": [str(flagsearch_home.llama_server())],
-                                 "args": {"ctx_size": 2048, "threads": 1}, "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
-        # -t 1 everywhere: the suite runs two tests at once on two cores, and -t 2 crawls then.
-        "params": {"parallel": {"type": "categorical", "choices": [1, 2], "default": 1},
-                   "batch_size": {"type": "categorical", "choices": [512, 2048], "default": 2048},
-                   "ubatch_size": {"type": "categorical", "choices": [128, 512], "default": 512}},
-        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
-        "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
-        "quality": {"suite": None},
-        "objectives": [{"metric": "w.output_tok_s"}],
-    }
+    # -t 1 everywhere: the suite runs two tests at once on two cores, and -t 2 crawls then.
+    doc = llama_space_doc(
+        engine_args={"ctx_size": 2048, "threads": 1}, name="dist",
+        params={"parallel": {"type": "categorical", "choices": [1, 2], "default": 1},
+                "batch_size": {"type": "categorical", "choices": [512, 2048], "default": 2048},
+                "ubatch_size": {"type": "categorical", "choices": [128, 512], "default": 512}},
+        measure={"repeats": 1, "warmup": False, "request_timeout_s": 60})
     path = tmp / "space.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

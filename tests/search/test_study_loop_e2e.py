@@ -16,39 +16,35 @@ from typing import Any
 import optuna
 import pytest
 
-from harness import flagsearch_home
 from search.commands.confirm import confirm_study
 from search.space import parse_space
 from search.study import StudyRunner, counted_trials, default_storage
 from search.summary import load_view
 from search.warmstart import WARM_ATTR, warm_start
+from tests.conftest import llama_space_doc
 
 pytestmark = pytest.mark.e2e
 
 
-def space_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
-    binary = flagsearch_home.llama_server()
-    if not binary.exists():
-        pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
-    doc: dict[str, Any] = {
-        "name": name,
-        "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(binary)],
-                                 "args": {"ctx_size": 1024, "parallel": 1}, "ready_timeout_s": 60}},
-        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
-        "params": {
+def study_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
+    """The test space (tests.conftest.llama_space_doc) with one slot, three params, two measured
+    runs of 48 tokens, a budget of `trials` and confirmation of the top 2."""
+    doc = llama_space_doc(
+        engine_args={"ctx_size": 1024, "parallel": 1},
+        name=name,
+        params={
             # Default -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then.
             "threads": {"type": "categorical", "choices": [1, 2], "default": 1},
             "batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048},
             "cache_type_k": {"type": "categorical", "choices": ["f16", "q9_0"], "default": "f16"},
         },
-        "measure": {"repeats": 2, "warmup": True, "max_warmups": 2, "request_timeout_s": 60},
-        "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 48}],
-        "objectives": [{"metric": "single.output_tok_s", "direction": "maximize"}],
-        "constraints": ["errors == 0"],
-        "quality": {"suite": None},
-        "budget": {"trials": trials},
-        "confirm": {"top_k": 2, "max_rounds": 5},
-    }
+        measure={"repeats": 2, "warmup": True, "max_warmups": 2, "request_timeout_s": 60},
+        workloads=[{"name": "single", "streams": ["qa"], "max_tokens": 48}],
+        objectives=[{"metric": "single.output_tok_s", "direction": "maximize"}],
+        constraints=["errors == 0"],
+        budget={"trials": trials},
+        confirm={"top_k": 2, "max_rounds": 5},
+    )
     doc.update(extra)
     return doc
 
@@ -85,7 +81,7 @@ def runner_for(tmp: Path, doc: dict[str, Any], events: Events, **kw: Any) -> Stu
 
 def test_a_rejected_value_is_never_launched_again(tmp_path: Path) -> None:
     events = Events()
-    runner = runner_for(tmp_path, space_doc("rejected", 3), events)
+    runner = runner_for(tmp_path, study_doc("rejected", 3), events)
     # Two different configs share cache_type_k=q9_0, which this llama-server build refuses.
     runner.study.enqueue_trial({"threads": 1, "batch_size": 2048, "cache_type_k": "q9_0"})
     runner.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "q9_0"})
@@ -138,11 +134,11 @@ def throttled_space(name: str) -> dict[str, Any]:
     """Two engines of the same llama-server build: `throttled` runs it under harness/throttle.py,
     frozen 40% of every 100 ms: a real slowdown to ~0.6x whatever else the machine does (unlike
     thread counts, whose effect flips with the load on a 2-core machine)."""
-    doc = space_doc(name, 3)
+    doc = study_doc(name, 3)
     plain = doc["engines"]["llamacpp"]
     throttle = Path(__file__).resolve().parents[2] / "harness" / "throttle.py"
-    doc["engines"]["throttled"] = {**plain, "command": [sys.executable, str(throttle), "0.4", "--",
-                                                        *plain["command"]]}
+    doc["engines"]["throttled"] = {**plain, "dialect": "llamacpp",
+                                   "command": [sys.executable, str(throttle), "0.4", "--", *plain["command"]]}
     doc["params"] = {"threads": {"type": "fixed", "value": 1},
                      "batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048}}
     return doc
@@ -188,18 +184,18 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
 
 def test_a_time_budget_stops_a_real_study(tmp_path: Path) -> None:
     events = Events()
-    runner = runner_for(tmp_path, space_doc("budget", 6), events, budget_s=3600)
+    runner = runner_for(tmp_path, study_doc("budget", 6), events, budget_s=3600)
     runner.run(n_trials=1)  # one real trial teaches the estimator this engine's trial time
     per_trial = runner.estimator.trial_s("llamacpp")
     assert per_trial > 0
-    again = runner_for(tmp_path, space_doc("budget", 6), Events(), budget_s=per_trial * 0.5)
+    again = runner_for(tmp_path, study_doc("budget", 6), Events(), budget_s=per_trial * 0.5)
     again.run(n_trials=6)
     assert again.stop_reason and "time budget" in again.stop_reason
     assert counted_trials(again.study) == 1, "no trial may start that cannot finish in the budget"
 
 
 def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Path) -> None:
-    first = runner_for(tmp_path, space_doc("old-build", 3), Events())
+    first = runner_for(tmp_path, study_doc("old-build", 3), Events())
     first.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
     first.study.enqueue_trial({"threads": 2, "batch_size": 2048, "cache_type_k": "f16"})
     first.run(n_trials=3)
@@ -207,7 +203,7 @@ def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Pa
     best = max((r for r in view.feasible if r.number != view.baseline_number), key=lambda r: r.objective_values[0])
 
     events = Events()
-    second = runner_for(tmp_path, space_doc("new-build", 2), events)
+    second = runner_for(tmp_path, study_doc("new-build", 2), events)
     queued, added = warm_start(second.study, first.study, top_k=1)
     assert (queued, added) == (1, 3)
     second.run(n_trials=2)
@@ -221,7 +217,7 @@ def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Pa
 
 
 def test_every_start_is_measured_at_every_load_point(tmp_path: Path) -> None:
-    doc = space_doc("ladder", 1)
+    doc = study_doc("ladder", 1)
     doc["params"]["concurrency"] = {"type": "categorical", "choices": [1, 2], "side": "request"}
     doc["engines"]["llamacpp"]["args"]["parallel"] = 2
     events = Events()
@@ -235,7 +231,7 @@ def test_every_start_is_measured_at_every_load_point(tmp_path: Path) -> None:
 
 
 def test_the_default_is_re_measured_for_the_noise_floor(tmp_path: Path) -> None:
-    doc = space_doc("noise", 2)
+    doc = study_doc("noise", 2)
     doc["measure"]["noise_every"] = 1
     events = Events()
     runner = runner_for(tmp_path, doc, events)
