@@ -8,18 +8,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
 import pytest
 import yaml
 
-from harness import EngineSettings, ModelChoice, RunRequest, Session, flagsearch_home
+from harness import (
+    Cause,
+    EngineSettings,
+    Measurement,
+    MeasureSettings,
+    ModelChoice,
+    QualityPlan,
+    RunRequest,
+    Session,
+    TrialFailed,
+    flagsearch_home,
+)
 from harness.launch.base import Server
-from harness.session import ServerPool
+
+if TYPE_CHECKING:
+    from harness.quality import QualityResult
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
             "VLLM_CACHE_ROOT": str(flagsearch_home.home() / "cache" / "vllm"),
@@ -74,14 +86,17 @@ def vllm_request(log_dir: Path, flags: dict[str, object], env: dict[str, str] | 
                                                       "served_model_name": "smollm2", **flags}, env or {}, log_dir)
 
 
-@contextmanager
-def start_llama(tmp: Path, model: Path, flags: dict[str, Any]) -> Iterator[Server]:
-    """A real llama-server on a GGUF, started by the door's pool, for tests that talk to it
-    themselves (quality checks, reference capture); stopped when the block ends."""
-    with ServerPool() as pool:
-        running, _ = pool.acquire(RunRequest(llama_settings(), ModelChoice(name="smollm2", path=str(model)),
-                                             dict(flags), {}, tmp / f"llama-{model.stem}-{len(flags)}"))
-        yield running.server
+def quality_of(session: Session, request: RunRequest, plan: QualityPlan) -> QualityResult:
+    """The quality verdict of one config, through the door: Session.run with no workload, only the
+    plan. Garbage answers fail the run (DEGENERATE_OUTPUT), with the result attached: returned too."""
+    try:
+        measured = session.run(request, [], MeasureSettings(), plan)
+    except TrialFailed as exc:
+        if exc.failure.cause != Cause.DEGENERATE_OUTPUT or not isinstance(exc.partial, Measurement):
+            raise
+        measured = exc.partial
+    assert measured.quality is not None
+    return measured.quality
 
 
 SHARED_VLLM_FLAGS: dict[str, object] = {"enable_prefix_caching": True}

