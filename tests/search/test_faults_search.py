@@ -28,7 +28,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.launch import reaper
 from search.recovery import interrupted_records
 from search.results import read_record
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 160, timeout_s: float = 30.0,
               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     return {
@@ -54,7 +54,7 @@ def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 160, time
             "args": {"ctx_size": 1024, "parallel": 1},
             "ready_timeout_s": 60,
         }},
-        "models": [{"name": "smollm2", "path": str(setup_paths.smollm2_gguf())}],
+        "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         "params": {
             "threads": {"type": "categorical", "choices": [1, 2], "default": 1},
             "batch_size": {"type": "categorical", "choices": [128, 256, 512, 1024], "default": 512},
