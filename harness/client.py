@@ -209,9 +209,9 @@ async def chat_once(client: httpx.AsyncClient, base_url: str, payload: dict[str,
     return resp.json()
 
 
-async def served_model_id(client: httpx.AsyncClient, base_url: str) -> str:
+async def served_model_id(client: httpx.AsyncClient, base_url: str, timeout_s: float = 10.0) -> str:
     # Also from a plain httpx client (not server_client): the key of a registered server is sent.
-    resp = await client.get(base_url + "/v1/models", timeout=10.0, headers=auth_headers(base_url))
+    resp = await client.get(base_url + "/v1/models", timeout=timeout_s, headers=auth_headers(base_url))
     resp.raise_for_status()
     return resp.json()["data"][0]["id"]
 

@@ -398,11 +398,13 @@ def window_notes(counted: list[RunSample], concurrency: int, exact_tokens: bool)
 async def _measured_run(engine: Engine, client: httpx.AsyncClient, base_url: str, prepared: PreparedWorkload,
                         repeat: int, timeout_s: float, spec: WorkloadSpec, roofline: Roofline | None,
                         watch_interval_s: float, warnings: list[str]) -> RunSample:
-    """One run with the server's counters read before and after it."""
-    before = await prom.scrape(client, base_url)
+    """One run with the server's counters read before and after it. No read of the counters waits
+    longer than a request may (a frozen server is told in the request timeout, not 10 s later)."""
+    scrape_s = min(10.0, timeout_s)
+    before = await prom.scrape(client, base_url, scrape_s)
     async with prom.GaugeWatcher(base_url, engine.metric_names, watch_interval_s) as watcher:
         requests, wall = await _run_once(engine, prepared, client, base_url, timeout_s)
-    after = await prom.scrape(client, base_url)
+    after = await prom.scrape(client, base_url, scrape_s)
     server: dict[str, float] = {}
     histograms: dict[str, float] = {}
     metrics_error = None

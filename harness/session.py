@@ -165,7 +165,7 @@ def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], sett
 
     async def go() -> None:
         async with httpx.AsyncClient() as client:
-            model_id = await served_model_id(client, running.base_url)
+            model_id = await served_model_id(client, running.base_url, min(10.0, settings.request_timeout_s))
         for spec in workloads:
             out[spec.name] = await measure_workload(running.engine, running.base_url, model_id, spec,
                                                     settings.repeats, settings.warmup, settings.request_timeout_s,
