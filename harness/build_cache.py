@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import setup_paths
+from harness import flagsearch_home
 
 READY = ".flagsearch-build.json"  # the manifest; its presence means the build finished
 
 
 def builds_dir() -> Path:
-    return setup_paths.home() / "builds"
+    return flagsearch_home.home() / "builds"
 
 
 def cache_key(*parts: str) -> str:

@@ -23,7 +23,7 @@ import httpx
 import psutil
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.client import ERROR_BODY_LIMIT, RequestResult, stream_chat
 from harness.engines import get_engine
 from harness.launch import LaunchSpec, StartupError, get_launcher, reaper, wait_ready
@@ -57,7 +57,7 @@ def start_fault_server(tmp: Path, *extra: str, ready_timeout_s: float = 30.0) ->
 
 
 def llama_spec(port: int, *flags: str, model: str | None = None) -> LaunchSpec:
-    binary = setup_paths.llama_server()
+    binary = flagsearch_home.llama_server()
     if not binary.exists():
         pytest.fail(f"llama-server is missing at {binary}: run `make setup` first", pytrace=False)
     model_path = model or smollm2_gguf().path

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import setup_paths
+from harness import flagsearch_home
 from harness.engines import EngineSettings
 from harness.session import MeasureSettings, RunRequest, Session
 from harness.workloads import WorkloadSpec
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 
 def llama(dialect: str = "llamacpp") -> EngineSettings:
-    return EngineSettings(name="llamacpp", dialect=dialect, command=(str(setup_paths.llama_server()),),
+    return EngineSettings(name="llamacpp", dialect=dialect, command=(str(flagsearch_home.llama_server()),),
                           ready_timeout_s=60)
 
 
@@ -90,7 +90,7 @@ def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_pa
     # The generic command engine sends no ignore_eos: SmolLM2 answers "why is the sky blue" in far
     # fewer than 400 tokens and stops. The result says so; nothing pretends the window was 400 tokens.
     settings = EngineSettings(name="llama-plain", dialect="command",
-                              command=(str(setup_paths.llama_server()), "-m", "{model}", "--port", "{port}",
+                              command=(str(flagsearch_home.llama_server()), "-m", "{model}", "--port", "{port}",
                                        "--host", "{host}", "-t", "1", "-c", "2048"), ready_timeout_s=60)
     wm = run(settings, (smollm2_gguf(), {}), WorkloadSpec("single", ("qa",), max_tokens=400), tmp_path, repeats=2)
     problems = wm.window_problems  # type: ignore[attr-defined]

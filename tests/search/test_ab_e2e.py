@@ -20,7 +20,7 @@ from xml.etree import ElementTree as ET
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.cli import main
 from tests.conftest import require
 
@@ -32,8 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False) -> Path:
     """The smoke suite costs about 5 s on each side's first two starts: only the test that asserts the
     stored quality runs it."""
-    server = require(setup_paths.llama_server(), "llama-server")
-    model = require(setup_paths.smollm2_gguf(), "the SmolLM2 GGUF")
+    server = require(flagsearch_home.llama_server(), "llama-server")
+    model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
         "name": "smollm2-llamacpp-gate",
         "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(server)],
@@ -83,7 +83,7 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
     assert len(stored["samples"]["single.decode_tok_s"]) == 2 and stored["sample_unit"] == "round"
     assert stored["quality"]["score"] >= 0.5 and stored["fingerprint"]["engine"] == "llamacpp"
 
-    throttled = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch -- {setup_paths.llama_server()}"
+    throttled = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch -- {flagsearch_home.llama_server()}"
     out = tmp_path / "regress"
     code = main(["regress", "--baseline", str(baseline_file), "--candidate-command", throttled, "--rounds", "8",
                  "--out", str(out), "--quiet"])
@@ -103,7 +103,7 @@ def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path) -> N
     """A load-independent -10% (the stretch proxy at 0.1) on the decode window, paired by round: found
     within the 6-round cap, with an interval at its true level that excludes no change."""
     space = llama_space(tmp_path, max_tokens=64)
-    slower = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.1 --stretch -- {setup_paths.llama_server()}"
+    slower = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.1 --stretch -- {flagsearch_home.llama_server()}"
     out = tmp_path / "ten"
     code = main(["ab", str(space), "--b-command", slower, "--rounds", "6", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())

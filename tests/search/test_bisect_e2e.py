@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search.cli import main
 from tests.conftest import tiny_llama_space
 
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> None:
     space = tiny_llama_space(tmp_path)
-    server = setup_paths.llama_server()
+    server = flagsearch_home.llama_server()
     copy = tmp_path / "llama-server-copy"
     shutil.copy2(server, copy)
     slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch -- {server}"

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import setup_paths
+from harness import flagsearch_home
 from search import history
 from search.baseline import load_baseline
 from search.cli import main
@@ -77,7 +77,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
                  "--dir", str(work / "baselines"), "--work-dir", str(tmp_path / "save"), "--quiet"]) == 0
     saved = load_baseline(work / "baselines" / "nightly-e2e.json")
     assert saved.source["round_s"] > 0  # what the nightly prices its plan with
-    server = setup_paths.llama_server()
+    server = flagsearch_home.llama_server()
     keep = "--keep-servers --quiet"
 
     # A/A: a measured pass, promoted with its provenance and the promotion chain.
