@@ -50,3 +50,32 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
                                "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout.strip()
+
+
+def engine_repo(root: Path, module: str, name: str = "engine-src") -> tuple[Path, str]:
+    """A git repository of the package `fakeengine` (module text `module`) on branch main, one
+    commit: (path, commit)."""
+    repo = root / name
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                         'backend-path = ["."]\n[project]\nname = "fakeengine"\n'
+                                         'dynamic = ["version"]\n')
+    (repo / "backend.py").write_text(BACKEND)
+    (repo / "VERSION").write_text("1.0\n")
+    (repo / "fakeengine.py").write_text(module)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "base")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def add_pull_request(repo: Path, module: str) -> str:
+    """A branch `feature/x` whose module text is `module`, its head published as refs/pull/1/head as
+    a forge does for PR #1; main checked out again. Returns the PR head's commit."""
+    git(repo, "checkout", "-q", "-b", "feature/x")
+    (repo / "fakeengine.py").write_text(module)
+    git(repo, "commit", "-qam", "the PR")
+    head = git(repo, "rev-parse", "HEAD")
+    git(repo, "update-ref", "refs/pull/1/head", head)
+    git(repo, "checkout", "-q", "main")
+    return head

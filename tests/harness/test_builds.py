@@ -16,21 +16,12 @@ import pytest
 from harness.build_cache import READY, list_builds, prune_builds
 from harness.build_envs import _GIT_REQ, resolved_requirement
 from harness.builds import BuildError, ensure_build, parse_build, pinned_text
-from tests.fake_builds import BACKEND, git
+from tests.fake_builds import add_pull_request, engine_repo, git
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = tmp_path / "src"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    (r / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-                                      'backend-path = ["."]\n[project]\nname = "fakeengine"\ndynamic = ["version"]\n')
-    (r / "backend.py").write_text(BACKEND)
-    (r / "VERSION").write_text("1.0\n")
-    (r / "fakeengine.py").write_text("SPEED = 'fast'\n")
-    git(r, "add", ".")
-    git(r, "commit", "-q", "-m", "v1")
+    r, _ = engine_repo(tmp_path, "SPEED = 'fast'\n", "src")
     git(r, "tag", "-a", "v1", "-m", "release 1")
     return r
 
@@ -129,19 +120,8 @@ def test_command_build_records_the_binary(tmp_path: Path) -> None:
 
 # ---- refs with slashes, and the routes to a vLLM change that need no full compile ---------------------
 
-def add_pull_request(repo: Path) -> str:
-    """A branch `feature/x` and its head published as refs/pull/1/head, as a forge does for PR #1."""
-    git(repo, "checkout", "-q", "-b", "feature/x")
-    (repo / "fakeengine.py").write_text("SPEED = 'pr'\n")
-    git(repo, "commit", "-qam", "the PR")
-    head = git(repo, "rev-parse", "HEAD")
-    git(repo, "update-ref", "refs/pull/1/head", head)
-    git(repo, "checkout", "-q", "main")
-    return head
-
-
 def test_git_refs_with_slashes_parse_and_resolve(repo: Path) -> None:
-    head = add_pull_request(repo)
+    head = add_pull_request(repo, "SPEED = 'pr'\n")
     for ref in ("refs/pull/1/head", "feature/x"):
         requirement, resolved = resolved_requirement(f"fakeengine @ git+file://{repo}@{ref}")
         assert resolved["git_ref"] == ref and resolved["git_commit"] == head
@@ -179,7 +159,7 @@ def test_pr_and_precompiled_routes_build_from_a_real_pull_request_ref(
     monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
     monkeypatch.setenv("FLAGSEARCH_VLLM_PACKAGE", "fakeengine")
-    head = add_pull_request(repo)
+    head = add_pull_request(repo, "SPEED = 'pr'\n")
     from search.cli import main
 
     # --dry-run: the ref resolved to its commit, the exact install printed, nothing installed.

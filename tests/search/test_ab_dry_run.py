@@ -14,7 +14,7 @@ import yaml
 
 from harness.build_cache import list_builds
 from search.cli import main
-from tests.fake_builds import BACKEND, git
+from tests.fake_builds import add_pull_request, engine_repo
 
 VLLM = {"dialect": "vllm", "command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]}
 DOCKER = {"dialect": "vllm", "launcher": "docker", "image": "vllm/vllm-openai:v0.11.0", "command": ["vllm", "serve"]}
@@ -31,24 +31,8 @@ def space(tmp: Path, engine: dict[str, object], name: str) -> Path:
 
 def pr_repo(tmp: Path) -> tuple[Path, str, str]:
     """A vLLM stand-in repository with PR #1 published as refs/pull/1/head: (repo, main, PR head)."""
-    repo = tmp / "vllm-src"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-                                         'backend-path = ["."]\n[project]\nname = "fakeengine"\n'
-                                         'dynamic = ["version"]\n')
-    (repo / "backend.py").write_text(BACKEND)
-    (repo / "VERSION").write_text("1.0\n")
-    (repo / "fakeengine.py").write_text("SPEED = 'base'\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "base")
-    main_commit = git(repo, "rev-parse", "HEAD")
-    git(repo, "checkout", "-q", "-b", "feature/x")
-    (repo / "fakeengine.py").write_text("SPEED = 'pr'\n")
-    git(repo, "commit", "-qam", "the PR")
-    head = git(repo, "rev-parse", "HEAD")
-    git(repo, "update-ref", "refs/pull/1/head", head)
-    return repo, main_commit, head
+    repo, main_commit = engine_repo(tmp, "SPEED = 'base'\n", "vllm-src")
+    return repo, main_commit, add_pull_request(repo, "SPEED = 'pr'\n")
 
 
 def test_ab_dry_run_prints_each_sides_exact_install_or_pull(

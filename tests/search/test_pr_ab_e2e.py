@@ -20,7 +20,7 @@ import yaml
 from harness import flagsearch_home
 from search.cli import main
 from tests.conftest import tiny_llama_space
-from tests.fake_builds import BACKEND, git
+from tests.fake_builds import add_pull_request, engine_repo
 
 pytestmark = pytest.mark.e2e
 
@@ -29,25 +29,8 @@ LAUNCHER = "import os, sys\nSPEED = '{speed}'\nif __name__ == '__main__':\n    o
 
 def launcher_repo(root: Path) -> tuple[Path, str, str]:
     """A repository whose main and refs/pull/1/head differ by one line; (path, main commit, PR commit)."""
-    repo = root / "engine-src"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
-                                         'backend-path = ["."]\n[project]\nname = "fakeengine"\n'
-                                         'dynamic = ["version"]\n')
-    (repo / "backend.py").write_text(BACKEND)
-    (repo / "VERSION").write_text("1.0\n")
-    (repo / "fakeengine.py").write_text(LAUNCHER.format(speed="base"))
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "base")
-    base = git(repo, "rev-parse", "HEAD")
-    git(repo, "checkout", "-q", "-b", "feature/x")
-    (repo / "fakeengine.py").write_text(LAUNCHER.format(speed="pr"))
-    git(repo, "commit", "-qam", "the PR")
-    head = git(repo, "rev-parse", "HEAD")
-    git(repo, "update-ref", "refs/pull/1/head", head)
-    git(repo, "checkout", "-q", "main")
-    return repo, base, head
+    repo, base = engine_repo(root, LAUNCHER.format(speed="base"))
+    return repo, base, add_pull_request(repo, LAUNCHER.format(speed="pr"))
 
 
 def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
