@@ -107,8 +107,13 @@ class SearchProcess:
         self.events: list[dict[str, Any]] = []
         self.lines: list[str] = []
         self._cond = threading.Condition()
+        self.errors: list[str] = []
+        # Both pipes drained as the child writes: a child blocked on a full stderr pipe (64 KiB) while
+        # the test waits for it to exit would look like a search that ignores SIGTERM.
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_errors, daemon=True)
+        self._err_reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -119,6 +124,11 @@ class SearchProcess:
                     self.events.append(json.loads(line))
                 self._cond.notify_all()
 
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.errors.append(line)
+
     def wait_event(self, match: Callable[[dict[str, Any]], bool], timeout_s: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -128,15 +138,18 @@ class SearchProcess:
                         return event
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"event not seen (exit {self.proc.poll()}); output:\n" + "".join(self.lines)
-                                         + (self.proc.stderr.read() if self.proc.poll() is not None
-                                            and self.proc.stderr else ""))
+                                         + "".join(self.errors))
                 self._cond.wait(0.2)
 
     def finish(self, timeout_s: float = 300.0) -> tuple[int, str]:
-        rc = self.proc.wait(timeout_s)
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout_s:.0f} s later; its stderr so far:\n"
+                                 + "".join(self.errors)[-4000:]) from None
         self._reader.join(5)
-        assert self.proc.stderr is not None
-        return rc, self.proc.stderr.read()
+        self._err_reader.join(5)
+        return rc, "".join(self.errors)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
