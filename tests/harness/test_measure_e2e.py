@@ -54,10 +54,11 @@ def test_prompt_one_token_over_the_limit_is_an_error_with_the_servers_message(
 def test_usage_counts_match_the_servers_counters_and_an_active_feature_is_no_placebo(
         vllm_session: tuple[Session, RunRequest]) -> None:
     spec = WorkloadSpec("usage", ("qa", "math"), max_tokens=12, requests_per_stream=2)
-    # The second request of a stream is prefilled while the other stream waits (2.1 s on eager
-    # vLLM-CPU): scheduling, which the stall rule must not flag (it did, and measured both runs twice).
-    wm = measure(vllm_session, spec, repeats=2)
-    assert wm.errors == 0 and not any("gap" in w for w in wm.warnings), wm.warnings
+    # The counts are the subject: a run the stall rule flags stays in instead of being measured again
+    # (beside another test, a real 1.7 s stall was seen mid-stream; the prefill of the other stream's
+    # second prompt is scheduling, not a stall: tests/harness/test_steady.py).
+    wm = measure(vllm_session, spec, repeats=2, policy=MeasurePolicy(max_remeasure=0))
+    assert wm.errors == 0
     assert len(wm.samples) == 2
     for s in wm.samples:
         usage_out = sum(r.output_tokens or 0 for r in s.requests)
