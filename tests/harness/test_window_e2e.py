@@ -78,12 +78,14 @@ def test_vllm_window_at_two_streams(vllm_session: tuple[Session, RunRequest]) ->
     # On the session's shared server, which earlier tests measured with the same items.
     session, request = vllm_session
     # Two streams: eager vLLM-CPU prefills each arriving prompt while the others wait (9 s at four).
-    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=32)],
-                           MeasureSettings(repeats=5, request_timeout_s=120))
-    # Eager vLLM-CPU prefills the second prompt while the first stream waits: on a loaded machine the
-    # window held 48 of 62 tokens (the fresh-clone run beside another test); the product's own
-    # coverage check (window_problems, asserted empty) is the guard, this bound a sanity check.
-    assert_window_and_no_position_effect(measured.workloads["two"], 32, 2, coverage=0.6)
+    # The first stream waits about 3 s for the second prompt's prefill; at 32 tokens a run beside
+    # another test left a window of 48% of the decode time (the product's own check says "ask for
+    # more tokens"), so 64 tokens, and 3 runs (the position effect is the llama-server test's).
+    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=64)],
+                           MeasureSettings(repeats=3, request_timeout_s=120))
+    # The product's own coverage check (window_problems, asserted empty) is the guard, this bound a
+    # sanity check.
+    assert_window_and_no_position_effect(measured.workloads["two"], 64, 2, runs=3, coverage=0.6)
 
 
 def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_path: Path) -> None:
