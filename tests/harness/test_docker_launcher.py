@@ -183,23 +183,29 @@ def test_a_search_trial_through_the_docker_launcher(docker_client: docker.Docker
 
 def test_orphans_of_a_dead_flagsearch_are_reaped(docker_client: docker.DockerClient) -> None:
     """A container left by a SIGKILLed flagsearch (its owner PID is gone) is removed; ours is not."""
+    import subprocess
+
     from harness.launch.docker import reap_orphans
 
-    dead = psutil.Process().pid
-    while psutil.pid_exists(dead):
-        dead += 7919
+    # The orphan's owner lives until just before the reap: another worker's launcher reaps orphans
+    # when it starts, and must not find this one first (a fresh-clone run lost the race once).
+    owner = subprocess.Popen(["sleep", "300"])
     orphan = docker_client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
-                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(dead),
+                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(owner.pid),
                                            "flagsearch.trial": "orphan"})
     alive = docker_client.containers.run(IMAGE, ["/bin/sleep", "300"], detach=True, init=True, network_mode="host",
                                   labels={"flagsearch": "1", "flagsearch.owner_pid": str(os.getpid()),
                                           "flagsearch.trial": "alive"})
     try:
+        owner.kill()
+        owner.wait()
+        assert not psutil.pid_exists(owner.pid)
         removed = reap_orphans(docker_client)
         assert orphan.name in removed and alive.name not in removed
         assert leftover_containers(docker_client, trial="orphan") == []
         assert len(leftover_containers(docker_client, trial="alive")) == 1
     finally:
+        owner.kill()
         for c in (orphan, alive):
             with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True)
