@@ -18,6 +18,10 @@ request: time to first token and every gap stretched, throughput x (1 - f), what
 With `--stall-s S`, each SIGUSR1 sent to this wrapper freezes the child once for S seconds: an
 injected stall (a compile, a cache fill, a frozen neighbour) at a moment the caller chooses.
 
+With `--stretch --swap OLD=NEW` (two strings of one length in UTF-8), the proxy also replaces OLD
+with NEW in every response it delivers: a known, small change in the answers (e.g. `Tokyo=Kyoto`
+fails exactly one quality check) on a real server, whose lengths stay valid.
+
 SIGTERM/SIGINT are passed on (with SIGCONT, so a frozen child can act on them); the exit status is
 the child's.
 """
@@ -41,9 +45,12 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def stretch_proxy(host: str, port: int, upstream: int, fraction: float) -> None:
+def stretch_proxy(host: str, port: int, upstream: int, fraction: float,
+                  swap: tuple[bytes, bytes] | None = None) -> None:
     """Serve host:port, forward to host:upstream; responses delayed to t0 + (t - t0) / (1 - f), where
-    t0 is when the client last sent bytes (a request) and t when the response bytes arrived."""
+    t0 is when the client last sent bytes (a request) and t when the response bytes arrived. With
+    `swap`, its first string is replaced by its second in what arrives (per read: an answer small
+    enough for one read, as a non-streamed chat completion is, always has it replaced)."""
     scale = 1.0 / (1.0 - fraction)
     listener = socket.create_server((host, port), reuse_port=False)
 
@@ -59,7 +66,7 @@ def stretch_proxy(host: str, port: int, upstream: int, fraction: float) -> None:
         def upstream_reader() -> None:
             with contextlib.suppress(OSError):
                 while data := server.recv(65536):
-                    arrived.put((time.monotonic(), data))
+                    arrived.put((time.monotonic(), data.replace(*swap) if swap else data))
             arrived.put((time.monotonic(), b""))
 
         def client_writer() -> None:
@@ -95,7 +102,7 @@ def stretch_proxy(host: str, port: int, upstream: int, fraction: float) -> None:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") < 1:
-        print("usage: throttle.py FRACTION [--period-ms MS | --stretch] [--stall-s S] -- COMMAND ...",
+        print("usage: throttle.py FRACTION [--period-ms MS | --stretch [--swap OLD=NEW]] [--stall-s S] -- COMMAND ...",
               file=sys.stderr)
         return 2
     split = argv.index("--")
@@ -107,6 +114,13 @@ def main(argv: list[str]) -> int:
         print("throttle.py: FRACTION must be in [0, 1) and a command is needed", file=sys.stderr)
         return 2
     stretch = "--stretch" in opts
+    swap = None
+    if "--swap" in opts:
+        old, _, new = opts[opts.index("--swap") + 1].partition("=")
+        swap = (old.encode(), new.encode())
+        if not stretch or not old or len(swap[0]) != len(swap[1]):
+            print("throttle.py: --swap OLD=NEW needs --stretch and two strings of one length", file=sys.stderr)
+            return 2
     if stretch:
         if "--port" not in command:
             print("throttle.py: --stretch needs the command's --port", file=sys.stderr)
@@ -115,7 +129,7 @@ def main(argv: list[str]) -> int:
         host = command[command.index("--host") + 1] if "--host" in command else "127.0.0.1"
         port, upstream = int(command[at]), free_port(host)
         command = [*command[:at], str(upstream), *command[at + 1:]]
-        threading.Thread(target=stretch_proxy, args=(host, port, upstream, fraction), daemon=True).start()
+        threading.Thread(target=stretch_proxy, args=(host, port, upstream, fraction, swap), daemon=True).start()
     child = subprocess.Popen(command)
     done = threading.Event()
 

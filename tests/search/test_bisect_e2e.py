@@ -61,6 +61,8 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     text = (out / "bisect.md").read_text()
     if answer["outcome"] == "found":
         assert answer["first_bad"] == 2 and code == 1
+        # Named only after the adjacent pair itself (last good b1, first bad b2) was measured regressed.
+        assert any((p["good"], p["build"], p["verdict"]) == (1, 2, "regressed") for p in probes), probes
         assert "First regressed build: `b2-throttled`" in text
     else:
         # Under a heavy load the A/A probe (b1 vs b0) can stay inconclusive at the round cap; the answer
