@@ -205,8 +205,9 @@ def docker_client() -> Iterator[docker.DockerClient]:
     finally:
         c.close()
 
-def tiny_llama_space(tmp: Path) -> Path:
-    """One stream, 16 output tokens, three measured runs after one warmup, no quality suite: seconds per round."""
+def tiny_llama_space(tmp: Path, repeats: int = 3, warmup: bool = True) -> Path:
+    """One stream, 16 output tokens, three measured runs after one warmup, no quality suite: seconds per round.
+    A test whose sides differ by far more than a run's spread takes fewer runs (`repeats`, `warmup`)."""
     server = require(flagsearch_home.llama_server(), "llama-server")
     model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
@@ -219,7 +220,7 @@ def tiny_llama_space(tmp: Path) -> Path:
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 16}],
         # A round's value is the median of 3 runs of the decode window (about 1% apart on a calm
         # machine; the paired test absorbs what a round shares with the other side).
-        "measure": {"repeats": 3, "warmup": True, "max_warmups": 1, "request_timeout_s": 60},
+        "measure": {"repeats": repeats, "warmup": warmup, "max_warmups": 1, "request_timeout_s": 60},
         "objectives": [{"metric": "single.output_tok_s", "direction": "maximize"}],
         # Its users test gates, builds and workflows: the smoke suite would add 5 s to each side's
         # first two starts (tests/search/test_ab_e2e.py covers quality in a comparison).

@@ -31,7 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> None:
-    space = tiny_llama_space(tmp_path)
+    # Two runs a round, no warm-up: the sides differ by 50%, far beyond a run's spread (2-4% alone),
+    # and the first round's cold server is paired with the other side's.
+    space = tiny_llama_space(tmp_path, repeats=2, warmup=False)
     server = flagsearch_home.llama_server()
     copy = tmp_path / "llama-server-copy"
     shutil.copy2(server, copy)

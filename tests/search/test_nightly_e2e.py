@@ -69,7 +69,8 @@ def run_step(work: Path, name: str, **env: str) -> tuple[int, str, dict[str, Any
 def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLAGSEARCH_HISTORY", str(tmp_path / "history"))
-    space = tiny_llama_space(tmp_path)
+    # Two runs a round, no warm-up: every outcome here is a gate decision at 10% or more, or none at all.
+    space = tiny_llama_space(tmp_path, repeats=2, warmup=False)
     work = tmp_path / "checkout"
     work.mkdir()
     (work / ".venv").symlink_to(REPO / ".venv")
