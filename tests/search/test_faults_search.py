@@ -40,7 +40,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 160, timeout_s: float = 30.0,
+def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 64, timeout_s: float = 30.0,
               extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     binary = flagsearch_home.llama_server()
     if not binary.exists():
