@@ -194,8 +194,16 @@ def test_a_time_budget_stops_a_real_study(tmp_path: Path) -> None:
     assert counted_trials(again.study) == 1, "no trial may start that cannot finish in the budget"
 
 
+def quick_doc(name: str, trials: int) -> dict[str, Any]:
+    """study_doc without warm-ups and with 24-token runs: for tests of the loop's bookkeeping."""
+    doc = study_doc(name, trials)
+    doc["measure"]["warmup"] = False
+    doc["workloads"][0]["max_tokens"] = 24
+    return doc
+
+
 def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Path) -> None:
-    first = runner_for(tmp_path, study_doc("old-build", 3), Events())
+    first = runner_for(tmp_path, quick_doc("old-build", 3), Events())
     first.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
     first.study.enqueue_trial({"threads": 2, "batch_size": 2048, "cache_type_k": "f16"})
     first.run(n_trials=3)
@@ -203,7 +211,7 @@ def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Pa
     best = max((r for r in view.feasible if r.number != view.baseline_number), key=lambda r: r.objective_values[0])
 
     events = Events()
-    second = runner_for(tmp_path, study_doc("new-build", 2), events)
+    second = runner_for(tmp_path, quick_doc("new-build", 2), events)
     queued, added = warm_start(second.study, first.study, top_k=1)
     assert (queued, added) == (1, 3)
     second.run(n_trials=2)
