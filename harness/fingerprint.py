@@ -20,12 +20,13 @@ from typing import Any
 import psutil
 
 from harness.engines import DIALECTS, Engine, get_engine
+from harness.launch.cpus import format_cpu_list, parse_cpu_list
 from harness.launch.spec import LaunchSpec, redact_argv, redact_env
 
 # Fields whose difference makes two measurements incomparable unless the comparison is about them
 # (an A/B of two engine versions passes allowed=("engine_version", "engine_commit", "torch", ...)).
 MATERIAL = ("cpu_model", "cpu_count", "gpu_name", "gpu_count", "gpu_compute_capability", "gpu_driver",
-            "torch", "torch_cuda", "torch_device", "engine", "engine_version", "engine_commit", "model_id")
+            "torch", "torch_cuda", "torch_device", "engine", "engine_version", "engine_commit", "model_id", "cpus")
 
 # argv[1]: {"distributions": [...], "commit_modules": [...]} from the engine modules (Engine.distributions).
 _ENGINE_PROBE = r"""
@@ -175,6 +176,9 @@ def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
     out["argv"] = redact_argv(spec.argv)
     out["command"] = spec.command_line()  # redacts secret flags, values and env itself
     out["env"] = redact_env(spec.env)
+    # The CPUs the server was pinned to (None: not pinned). Material: pinning changed a small
+    # model's GPU decode spread from ~2% to ~1%, so a pinned and an unpinned side are not alike.
+    out["cpus"] = format_cpu_list(parse_cpu_list(spec.cpus)) if spec.cpus else None
     return out
 
 

@@ -145,7 +145,8 @@ class Space:
             launcher=e.launcher, image=e.image, host=e.host,
             volumes=tuple(Volume(v.host, v.container, v.read_only) for v in e.volumes), gpus=e.gpus,
             shm_size=e.shm_size, ipc_host=e.ipc_host, privileged=e.privileged,
-            ready_timeout_s=e.ready_timeout_s, flag_map=dict(e.flag_map), python=python)
+            ready_timeout_s=e.ready_timeout_s, flag_map=dict(e.flag_map), python=python,
+            cpus=e.cpus)
 
     def model_choice(self, name: str) -> ModelChoice:
         m = next(m for m in self.m.models if m.name == name)

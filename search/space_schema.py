@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from harness.engines import DIALECTS
+from harness.launch.cpus import parse_cpu_list
 from harness.quality import QualityModel
 from harness.user_prompts import PromptSource
 from harness.user_prompts import validate as validate_source
@@ -65,6 +66,7 @@ class EngineModel(Strict):
     ipc_host: bool = False
     privileged: bool = False
     ready_timeout_s: float = Field(default=900.0, gt=0)
+    cpus: str | None = None  # pin the server to these CPUs: a Linux cpu list ("2-9"); harness/launch/cpus.py
     flag_map: dict[str, str] = {}
     expect: ExpectModel = ExpectModel()
     # The checkpoints this engine can load (None: all). An image patched for one checkpoint family
@@ -77,6 +79,15 @@ class EngineModel(Strict):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpu_list(cls, value: Any) -> Any:
+        if value is None or isinstance(value, bool):
+            return value
+        text = str(value)  # `cpus: 3` in YAML is an int
+        parse_cpu_list(text)  # a malformed list is a load error, not a failed start
+        return text
 
 
 class DeviceModel(Strict):

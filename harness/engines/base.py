@@ -35,6 +35,7 @@ class EngineSettings:
     ready_timeout_s: float = 900.0
     flag_map: Mapping[str, str] = field(default_factory=dict)  # command engine: param -> flag
     python: str | None = None  # the engine environment's interpreter, for the fingerprint
+    cpus: str | None = None  # pin the server to these CPUs (a Linux cpu list, e.g. "2-9")
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def launch_spec(settings: EngineSettings, argv: list[str], env: Mapping[str, str
         env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
         volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
         ipc_host=settings.ipc_host, privileged=settings.privileged,
-        ready_timeout_s=settings.ready_timeout_s,
+        ready_timeout_s=settings.ready_timeout_s, cpus=settings.cpus,
     )
 
 

@@ -34,6 +34,7 @@ from harness import hostload, secrets
 from harness.client import forget_api_key, register_api_key
 from harness.launch import reaper
 from harness.launch.base import StartupError
+from harness.launch.cpus import check_cpus
 from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
 
 LABEL = "flagsearch"
@@ -89,6 +90,7 @@ def container_config(spec: LaunchSpec, log_path: Path) -> dict[str, Any]:
                  for v in spec.volumes},
         network_mode="host", ipc_mode="host" if spec.ipc_host else None, shm_size=spec.shm_size,
         device_requests=device_requests(spec.gpus) or None, privileged=spec.privileged,
+        cpuset_cpus=spec.cpus or None,
         security_opt=None if spec.privileged else ["no-new-privileges"], init=True, detach=True,
         **entry,
     )
@@ -223,6 +225,8 @@ class DockerLauncher:
         except docker.errors.ImageNotFound:
             raise StartupError("image_not_found", f"image {spec.image!r} is not present on this Docker engine; "
                                f"flagsearch never pulls: run `docker pull {spec.image}` first", []) from None
+        if spec.cpus:  # the daemon's machine, which may not be this one (a remote DOCKER_HOST)
+            check_cpus(spec.engine, spec.cpus, range(int(self.client.info().get("NCPU") or 0)))
         if not self._reaped:
             reap_orphans(self.client)  # before the port check: an orphan may hold the port
             self._reaped = True

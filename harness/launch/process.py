@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -40,6 +41,7 @@ from harness import secrets
 from harness.client import forget_api_key, register_api_key
 from harness.launch import reaper
 from harness.launch.base import StartupError
+from harness.launch.cpus import check_cpus
 from harness.launch.spec import LaunchSpec
 
 _PR_SET_PDEATHSIG = 1
@@ -83,6 +85,20 @@ _LIBC = ctypes.CDLL(None, use_errno=True)  # resolved here: the child between fo
 def _set_parent_death_signal() -> None:
     """Runs in the child between fork and exec: SIGTERM it when the thread that forked it dies."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _child_setup(parent_death: bool, cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """What the child runs between fork and exec: the parent-death signal (main thread only, see
+    start) and the CPU pinning (inherited by every thread and process the server makes)."""
+    if not parent_death and cpus is None:
+        return None
+
+    def setup() -> None:
+        if parent_death:
+            _set_parent_death_signal()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+    return setup
 
 
 class ProcessServer:
@@ -262,6 +278,7 @@ def check_port_free(host: str, port: int) -> None:
 
 class ProcessLauncher:
     def start(self, spec: LaunchSpec, log_path: Path) -> ProcessServer:
+        cpus = check_cpus(spec.engine, spec.cpus) if spec.cpus else None  # before anything starts
         reaper.reap_orphans_once()
         check_port_free(spec.host, spec.port)
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -275,12 +292,15 @@ class ProcessLauncher:
         try:
             proc = subprocess.Popen(  # an argv list: never a shell
                 list(spec.argv), stdout=write_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
-                preexec_fn=_set_parent_death_signal if in_main else None,
+                env=env, start_new_session=True, preexec_fn=_child_setup(in_main, cpus),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             os.close(read_fd)
             raise StartupError("bad_command", f"cannot execute {spec.argv[0]!r}: {exc.strerror or exc}",
+                               []) from None
+        except subprocess.SubprocessError as exc:  # the kernel refused the affinity in the child
+            os.close(read_fd)
+            raise StartupError("bad_spec", f"engine {spec.engine!r}: cannot pin to cpus {spec.cpus!r}: {exc}",
                                []) from None
         finally:
             os.close(write_fd)  # the server holds the only write end: EOF when it (and its children) exit

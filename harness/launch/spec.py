@@ -47,6 +47,7 @@ class LaunchSpec:
     privileged: bool = False
     ready_timeout_s: float = 900.0
     image_digest: str | None = None  # docker: the image's repository digest (sha256:...), where known
+    cpus: str | None = None  # a Linux cpu list ("2-9"): the server runs on these CPUs only (launch/cpus.py)
 
     def __post_init__(self) -> None:
         # Arguments go to exec() as a list, never through a shell; reject what exec cannot take
@@ -75,12 +76,15 @@ class LaunchSpec:
         Docker: the `docker run` line that makes the container the Docker launcher makes (host
         network, init, no-new-privileges unless privileged, GPUs, IPC, shm, env, volumes, the
         entrypoint: argv[0] becomes --entrypoint unless it is "@entrypoint", which keeps the image's
-        own), pinned to the image's digest where the launcher learned it."""
+        own), pinned to the image's digest where the launcher learned it. A pinned process server
+        reads `taskset -c <cpus> ...`: the launcher sets the same affinity itself, without taskset."""
         secrets = launch_secrets(self.argv, self.env)
         if self.launcher == "docker" and self.image:
             return scrub_text(shlex.join(self.docker_run_argv()), secrets)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact_env(self.env).items()))
         cmd = shlex.join(redact_argv(self.argv))
+        if self.cpus:
+            cmd = f"taskset -c {shlex.quote(self.cpus)} {cmd}"
         return scrub_text(f"{env} {cmd}".strip(), secrets)
 
     def docker_run_argv(self) -> list[str]:
@@ -95,6 +99,8 @@ class LaunchSpec:
             out += ["--ipc", "host"]
         if self.shm_size:
             out += ["--shm-size", self.shm_size]
+        if self.cpus:
+            out += ["--cpuset-cpus", self.cpus]
         out += ["--privileged"] if self.privileged else ["--security-opt", "no-new-privileges"]
         for k, v in sorted(redact_env(self.env).items()):
             out += ["-e", f"{k}={v}"]
