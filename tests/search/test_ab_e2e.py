@@ -29,9 +29,9 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 
-def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False) -> Path:
+def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False, warmup: bool = True) -> Path:
     """The smoke suite costs about 5 s on each side's first two starts: only the test that asserts the
-    stored quality runs it."""
+    stored quality runs it. Tests whose outcome no run-to-run spread can change skip the warm-up."""
     server = require(flagsearch_home.llama_server(), "llama-server")
     model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
@@ -41,7 +41,7 @@ def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False) -> Path:
         "models": [{"name": "smollm2-135m-q4_1", "path": str(model), "format": "gguf-q4_1"}],
         "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": max_tokens}],
-        "measure": {"repeats": 2, "warmup": True, "max_warmups": 1, "request_timeout_s": 120},
+        "measure": {"repeats": 2, "warmup": warmup, "max_warmups": 1, "request_timeout_s": 120},
         "quality": {"suite": "smoke", "min_score": 0.5} if quality else {"suite": None},
         "objectives": [{"metric": "single.decode_tok_s", "direction": "maximize"}],
     }
@@ -55,7 +55,7 @@ def verdict(report: dict[str, Any], metric: str) -> dict[str, Any]:
 
 
 def test_aa_is_not_a_regression_and_a_claim_on_it_is_contradicted(tmp_path: Path) -> None:
-    space = llama_space(tmp_path)
+    space = llama_space(tmp_path, warmup=False)
     out = tmp_path / "aa"
     # 3 rounds, the sequential gate's minimum: an A/A run is not settled "unchanged" within 3% in 3 or 5
     # fresh starts a side, so the cap is what ends it; the claim needs no more to be refused.
@@ -125,7 +125,7 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     import signal
     import subprocess
 
-    space = llama_space(tmp_path)
+    space = llama_space(tmp_path, warmup=False)
     out = tmp_path / "cut"
     proc = subprocess.Popen([sys.executable, "-m", "search.cli", "ab", str(space), "--rounds", "12", "--out",
                              str(out)], stderr=subprocess.PIPE, text=True, cwd=REPO)
