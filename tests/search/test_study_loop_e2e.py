@@ -164,10 +164,10 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
     # The truly slower config must have looked better than the stalled default: the ranking is misled.
     assert ranked[2] is not None and ranked[2] > 1.0, f"the stall should have misled the ranking: {ranked}"
 
-    # 3 rounds, the fewest the gate looks at: the ~0.6x config settles there, and of the same-speed #1
-    # the test asks only that it is not called improved (the gate's false-alarm rate is alpha whatever
-    # the number of looks), so rounds 4 and 5 prove no more.
-    result = confirm_study(runner.study, runner.space, tmp_path / "confirm", top_k=2, max_rounds=3,
+    # Up to 5 rounds: at 3 (2 degrees of freedom, the interval at its true ~99.4% level) a fresh-start
+    # spread of ~11% a round left the ~0.6x config inconclusive in a calm fresh-clone run (0.64x, CI
+    # 0.19-2.19); the gate stops as soon as it is settled.
+    result = confirm_study(runner.study, runner.space, tmp_path / "confirm", top_k=2, max_rounds=5,
                            progress=events.phase)
     assert result is not None
     verdicts = {k: v["verdict"] for k, v in result.verdicts.items()}
