@@ -38,7 +38,7 @@ def _workloads() -> dict[str, object]:
 
 
 def _baseline(name: str = "smollm2-eager") -> Baseline:
-    params = config_params(load_space(SPACE), {"enforce_eager": True})
+    params = config_params(load_space(SPACE), {"max_num_batched_tokens": 512})
     return Baseline(name=name, config=pin(raw_space_doc(SPACE), params), params=params,
                     samples=samples_from_workloads(_workloads()), sample_unit="repeat",
                     fingerprint={"cpu_model": "x", "engine_version": "0.32.0"}, quality={"score": 1.0})
@@ -46,8 +46,8 @@ def _baseline(name: str = "smollm2-eager") -> Baseline:
 
 def test_config_params_resolves_defaults_overrides_and_conditions() -> None:
     space = load_space(SPACE)
-    params = config_params(space, {"enforce_eager": True, "speculative_method": "ngram"})
-    assert params["enforce_eager"] is True
+    params = config_params(space, {"dtype": "float32", "speculative_method": "ngram"})
+    assert params["dtype"] == "float32"
     assert params["num_speculative_tokens"] == 3  # switched on by the override, at its default
     assert params["prompt_lookup_max"] == 4  # fixed, active under the condition
     with pytest.raises(ValueError, match="not a parameter"):
@@ -58,10 +58,11 @@ def test_config_params_resolves_defaults_overrides_and_conditions() -> None:
 
 def test_pinned_config_launches_the_same_flags() -> None:
     space = load_space(SPACE)
-    params = config_params(space, {"enforce_eager": True, "omp_threads_bind": "0-1"})
+    params = config_params(space, {"max_num_batched_tokens": 512, "omp_threads_bind": "0-1"})
     pinned, config = pinned_space(raw_space_doc(SPACE), params, "pinned")
     flags, env, _ = pinned.split(config)
-    assert flags["enforce_eager"] is True and flags["max_model_len"] == 2048
+    assert flags["max_num_batched_tokens"] == 512 and flags["max_model_len"] == 2048
+    assert flags["enforce_eager"] is True  # the engine's fixed args come along
     assert env == {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}
     assert all(p.type == "fixed" for p in pinned.m.params.values())
     # Paths stay portable: the document keeps ${FLAGSEARCH_HOME}, the loaded space expands it.
@@ -85,7 +86,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     back = load_baseline(path)
     assert back.params == _baseline().params
     assert back.gated_metrics() == ["four_streams.decode_tok_s"]  # the space's objective
-    assert back.pinned_config().values["enforce_eager"] is True
+    assert back.pinned_config().values["max_num_batched_tokens"] == 512
     with pytest.raises(ValueError, match="--force"):
         save_baseline(_baseline(), tmp_path)
     save_baseline(_baseline(), tmp_path, overwrite=True)
@@ -124,7 +125,7 @@ def test_baseline_from_a_stored_study(tmp_path: Path) -> None:
     study = optuna.create_study(storage=default_storage(results), study_name="mystudy", directions=["maximize"])
     study.set_user_attr("objectives", [["four_streams.output_tok_s", "maximize"]])
     study.set_user_attr("space_source", str(SPACE))
-    params = config_params(load_space(SPACE), {"enforce_eager": True})
+    params = config_params(load_space(SPACE), {"max_num_batched_tokens": 512})
     for number, tok_s in ((0, 70.0), (1, 81.0)):
         trial = study.ask()
         record = TrialRecord(number=trial.number, state="complete", params=params, engine="vllm",
