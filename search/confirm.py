@@ -223,14 +223,22 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     if contended:
         return ("verdict withheld: other programs used much of the CPU while confirming, so the ranking may be "
                 "the load's; measured: " + "; ".join(lines) + suffix), None
-    if missed:
+    better = [(k, v) for k, v in tops.items() if v.verdict == "improved"]
+    if missed and not better:
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
                 "a real difference; measured: " + "; ".join(lines) + suffix), None
-    better = [(k, v) for k, v in tops.items() if v.verdict == "improved"]
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
-        return f"confirmed: #{key} is {_ratio_text(best)} the default" + suffix, int(key)
+        answer = f"confirmed: #{key} is {_ratio_text(best)} the default" + suffix
+        if missed:
+            # A missed control says the power for its effect was lacking; a difference found at the
+            # family's level stands (the false-alarm rate does not depend on power), only smaller
+            # ones went unseen, so the answer says how large a difference it could see.
+            seen = f" (about {100 * best.mde:.0f}% or more at this noise)" if math.isfinite(best.mde) else ""
+            answer += ("; the control's difference was not seen, so only a difference this large is confirmed"
+                       + seen + ": configs closer than that to each other are not ranked")
+        return answer, int(key)
     if all(v.verdict in ("unchanged", "inconclusive") for v in tops.values()):
         seen = max((v.mde for v in tops.values() if math.isfinite(v.mde)), default=math.nan)
         could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""

@@ -3,6 +3,7 @@ confirmation says it could not see a real difference instead of calling configs 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,22 @@ def test_a_detected_control_leaves_the_answer_standing() -> None:
     assert "positive control (dtype=float32)" in answer and "found worse" in answer and winner is None
 
 
-def test_a_missed_control_withholds_the_verdict() -> None:
-    answer, winner = _answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("inconclusive", 0.9)},
+def test_a_missed_control_withholds_a_no_difference_verdict() -> None:
+    answer, winner = _answer(ARMS, {"3": verdict("unchanged", 1.01), "control1": verdict("inconclusive", 0.9)},
                              contended=False, direction="maximize")
     assert answer.startswith("verdict withheld: the positive control was not found worse"), answer
     assert "NOT found worse (inconclusive)" in answer and winner is None
+
+
+def test_a_missed_control_leaves_a_significant_winner_standing_and_says_what_went_unseen() -> None:
+    """The demo of 2026-11-27: #2 2.79x (CI 1.95-3.98) while one slow start of the default hid the
+    10% control. The winner's difference was found at the family's level; what the missed control
+    tells is the size of difference the confirmation could not see, and the answer says it."""
+    won = replace(verdict("improved", 2.79), ci_low=1.95, ci_high=3.98, mde=0.61)
+    answer, winner = _answer(ARMS, {"3": won, "control1": verdict("inconclusive", 0.98)},
+                             contended=False, direction="maximize")
+    assert answer.startswith("confirmed: #3 is 2.79x"), answer
+    assert "NOT found worse (inconclusive)" in answer and "about 61% or more" in answer and winner == 3
 
 
 def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
