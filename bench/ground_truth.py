@@ -7,14 +7,14 @@ fresh starts and repeats. bench.replay replays searches over the table.
 
 A table space (bench/tables/*.yaml) is an ordinary space file with one engine and one model: its
 launch-side params' choices (categorical, bool, fixed; `when:` respected) are the grid, its
-request-side params (`side: request`, e.g. concurrency) the load levels every start is measured at,
-its `measure:` section the repeats, warmup, timeout and stall policy. Output: one CSV row per
-measured run (config columns, the workload when the space has several, the load columns, start,
-repeat, output tok/s, TTFT, the load average); a config whose server does not start, or dies, gets
-one row with its failure cause. Rows are appended config by config (a cut run leaves no half
-config) and configs already in the CSV are skipped, so a table is measured in chunks (`--minutes`)
-under the measurement lock. Configs run in a seeded random order, so that drifts of the machine's
-load spread over the table instead of following one parameter.
+request-side params (`side: request`, e.g. concurrency) the load levels every start is measured at, its
+`measure:` section the repeats, warmup, timeout and stall policy. Output: one CSV row per measured
+run (config columns, the workload when the space has several, the load columns, start, repeat,
+output tok/s end to end, decode tok/s of the steady window, TTFT, the load average); a config whose
+server does not start, or dies, gets one row with its failure cause. Rows are appended config by
+config (a cut run leaves no half config) and configs already in the CSV are skipped, so a table is
+measured in chunks (`--minutes`) under the measurement lock. Configs run in a seeded random order,
+so that drifts of the machine's load spread over the table instead of following one parameter.
 
 `show` prints a table as Markdown (median tok/s (min-max) and TTFT per config and load level); it
 also reads the GPU table measured on the H100 by the earlier self-contained tool (columns `config`,
@@ -38,11 +38,13 @@ from typing import Any
 import optuna
 
 from bench.common import DATA, loadavg, now, run_config
+from bench.replay import table_metric
 from harness import LaunchFailed, Session, TrialFailed
 from search.space import Space, load_space
 from search.space_schema import BoolParam, CategoricalParam, FixedParam
 
-MEASURE_COLUMNS = ["start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s", "stream_tok_s", "errors",
+MEASURE_COLUMNS = ["start", "repeat", "status", "failure", "output_tok_s", "decode_tok_s", "ttft_p50_s", "stream_tok_s",
+                   "errors",
                    "excluded", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at"]
 
 
@@ -143,6 +145,7 @@ def measure_start(grid: Grid, session: Session, values: dict[str, Any], start: i
             m = sample.metrics
             rows.append({**base, **cols, "repeat": sample.repeat, "status": "errors" if m.get("errors") else "ok",
                          "failure": "", "output_tok_s": _round(m.get("output_tok_s"), 3),
+                         "decode_tok_s": _round(m.get("decode_tok_s"), 3),
                          "ttft_p50_s": _round(m.get("ttft_p50_s"), 4), "stream_tok_s": _round(m.get("stream_tok_s"), 3),
                          "errors": int(m.get("errors", 0)), "excluded": int(sample.excluded),
                          "ready_s": round(measured.ready_s, 3), "loadavg_1m": one, "loadavg_5m": five,
@@ -194,7 +197,8 @@ def show(path: Path) -> str:
     with path.open() as f:
         rows = list(csv.DictReader(f))
     old = "tok_s" in rows[0]  # the H100 table's own columns
-    metric, ttft_col, level_col = ("tok_s", "ttft_s", "load") if old else ("output_tok_s", "ttft_p50_s", "concurrency")
+    metric, ttft_col, level_col = ("tok_s", "ttft_s", "load") if old else (table_metric(rows), "ttft_p50_s",
+                                                                          "concurrency")
     params = [] if old else [c for c in rows[0] if c not in MEASURE_COLUMNS and c not in (level_col, "workload")]
     name = (lambda r: r["config"]) if old else (lambda r: " ".join(f"{p}={r[p]}" for p in params if r[p] != ""))
     cells: dict[tuple[str, str], list[float]] = {}

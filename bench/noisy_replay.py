@@ -105,9 +105,11 @@ class Noise:
 def measured_runs(path: Path, table: Table) -> dict[tuple[Config, int], list[list[float]]]:
     """The table's run values per (config, load level), one list per fresh start (as load_table
     keeps them: clean runs, warm-up and errored runs left out)."""
+    from bench.replay import table_metric  # imported here, as load_table is in benchmark()
+
     with path.open() as f:
         rows = list(csv.DictReader(f))
-    metric = "output_tok_s" if "output_tok_s" in rows[0] else "tok_s"
+    metric = table_metric(rows)
     level = "concurrency" if "concurrency" in rows[0] else "load"
     out: dict[tuple[Config, int], dict[str, list[float]]] = {}
     for row in rows:

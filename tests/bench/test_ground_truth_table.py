@@ -106,3 +106,22 @@ def test_replay_reads_a_written_table(grid: Grid, tmp_path: Path) -> None:
     assert best is table.best and (best.median, best.n) == (81.0, 3)  # the stall left out
     text = show(path)
     assert "| 81 (80-82) | 3 | 100.0 |" in text and "failed: oom" in text
+
+
+def test_a_table_with_the_decode_window_is_judged_on_it(grid: Grid, tmp_path: Path) -> None:
+    """Where the tool recorded decode_tok_s the replay ranks on it, not on end-to-end tok/s (here the
+    two disagree on which config is best); older tables without it keep output_tok_s."""
+    a, b, *_ = grid.configs(0)
+    rows: list[dict[str, Any]] = []
+    for config, e2e, decode in ((a, 30.0, 40.0), (b, 35.0, 38.0)):
+        for c in (1, 4):
+            rows += [{**config, "start": 0, "concurrency": c, "repeat": r, "status": "ok", "excluded": 0,
+                      "output_tok_s": e2e, "decode_tok_s": decode, "ttft_p50_s": 0.1} for r in range(2)]
+    path = tmp_path / "window.csv"
+    _write(path, grid, rows)
+    table = replay.load_table(path)
+    table.judge(0.01)
+    assert table.best.median == 40.0
+    assert replay.load_table(path, metric="output_tok_s").points  # still readable on the other column
+    assert replay.table_metric([{"output_tok_s": "1", "decode_tok_s": ""}]) == "output_tok_s"
+    assert replay.table_metric([{"tok_s": "1", "decode_tok_s": "2"}]) == "tok_s"  # the H100 table's own columns
