@@ -3,6 +3,7 @@ often it finds a known change (power), measured live and replayed on stored data
 
     python -m bench.calibrate measure ...   # live: interleaved A/B repetitions through search.ab
     python -m bench.calibrate analyze F...  # a measure file (or an older rounds file): rates, noise
+    python -m bench.calibrate confirmations F...  # paired noise of stored `search run` confirmations
     python -m bench.calibrate gpu CSV       # the gate replayed on the H100 calibration rounds
     python -m bench.calibrate power ...     # H100 noise components and resampled/model power
     python -m bench.calibrate simulate ...  # the gate on simulated noise components
