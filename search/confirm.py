@@ -235,9 +235,9 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
             # A missed control says the power for its effect was lacking; a difference found at the
             # family's level stands (the false-alarm rate does not depend on power), only smaller
             # ones went unseen, so the answer says how large a difference it could see.
-            seen = f" (about {100 * best.mde:.0f}% or more at this noise)" if math.isfinite(best.mde) else ""
+            size = f" (about {100 * best.mde:.0f}% or more at this noise)" if math.isfinite(best.mde) else ""
             answer += ("; the control's difference was not seen, so only a difference this large is confirmed"
-                       + seen + ": configs closer than that to each other are not ranked")
+                       + size + ": configs closer than that to each other are not ranked")
         return answer, int(key)
     if all(v.verdict in ("unchanged", "inconclusive") for v in tops.values()):
         seen = max((v.mde for v in tops.values() if math.isfinite(v.mde)), default=math.nan)
