@@ -210,6 +210,17 @@ def random_budget(budget: int) -> Callable[[Table, np.ndarray, int], Outcome]:
     return arm
 
 
+def guided_step(run: Run, rng: np.random.Generator) -> None:
+    """Measure the untried config of highest expected improvement (ties drawn), as the product's guided
+    phase does; configs the failure model expects to fail are skipped while others are left."""
+    left = run.untried()
+    failures = FailureModel(run.observed, run.dists)
+    cand = [i for i in left if not failures.fails(run.params(i))] or left
+    ei = improvement_scores(run.observed, [run.params(i) for i in cand], run.dists, STATED_FLOOR)
+    top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+    run.measure(cand[int(top[int(rng.integers(len(top)))])])
+
+
 def flagsearch(table: Table, values: np.ndarray, seed: int) -> Outcome:
     run = Run(table, values)
     n_design = N_DESIGN or max(4, min(10, len(table.params) + 2, len(table.configs) // 4))  # default_design_size
@@ -218,12 +229,7 @@ def flagsearch(table: Table, values: np.ndarray, seed: int) -> Outcome:
     for row in design:
         run.measure(run.index[tuple(row[p] for p in table.params)])
     while run.untried() and not run.should_stop():
-        left = run.untried()
-        failures = FailureModel(run.observed, run.dists)
-        cand = [i for i in left if not failures.fails(run.params(i))] or left
-        ei = improvement_scores(run.observed, [run.params(i) for i in cand], run.dists, STATED_FLOOR)
-        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
-        run.measure(cand[int(top[int(rng.integers(len(top)))])])
+        guided_step(run, rng)
     return run.confirm_and_pick()
 
 
@@ -398,12 +404,7 @@ def demo_pick(table: Table, values: np.ndarray, seed: int, default: int, trials:
         run.measure(run.index[tuple(row[p] for p in table.params)])
     rng = np.random.default_rng(seed)
     while run.untried() and run.starts < trials:
-        left = run.untried()
-        failures = FailureModel(run.observed, run.dists)
-        cand = [i for i in left if not failures.fails(run.params(i))] or left
-        ei = improvement_scores(run.observed, [run.params(i) for i in cand], run.dists, STATED_FLOOR)
-        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
-        run.measure(cand[int(top[int(rng.integers(len(top)))])])
+        guided_step(run, rng)
     measured = [(o.value, run.index[tuple(o.params[p] for p in table.params)]) for o in run.observed
                 if o.value is not None]
     return max(measured)[1] if measured else None
