@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # types only: the quality modules are imported where they are
     from harness.reference import ReferenceAnswers, ReferenceSpec
 
 Progress = Callable[[str], None]
+# Request errors that mean the connection broke (the server may be dying), and how long a dying
+# server is given to be seen exited before it is called alive (a 2 s wait, only after such errors).
+CONNECTION_ERRORS = frozenset({"incomplete_stream", "connect"})
+EXIT_SEEN_S = 2.0
 
 
 def _quiet(_: str) -> None:
@@ -344,7 +348,8 @@ class Session:
                 if result.quality.fatal:  # garbage never wins, whatever its speed
                     raise TrialFailed(Failure(Cause.DEGENERATE_OUTPUT, result.quality.fatal), result.command,
                                       result.log_path, result)
-            if not running.alive():
+            broken = any(k in CONNECTION_ERRORS for wm in result.workloads.values() for k in wm.errors_by_kind)
+            if not running.alive() or (broken and _exits_within(running, EXIT_SEEN_S)):
                 cause, detail = running.crash_cause()
                 self.pool.release()
                 raise TrialFailed(Failure(cause, detail, log_tail(running.server.log_path)), result.command,
@@ -359,16 +364,23 @@ class Session:
         try:
             return _measure_running(running, workloads, measure, self.progress, roofline)
         except httpx.HTTPError as exc:
-            for _ in range(20):  # a killed server may take a moment to be seen as exited
-                if not running.alive():
-                    break
-                time.sleep(0.1)
-            if running.alive():  # alive but not answering (frozen, deadlocked)
+            if not _exits_within(running, EXIT_SEEN_S):  # alive but not answering (frozen, deadlocked)
                 tail = log_tail(running.server.log_path)
                 self.pool.release()
                 raise TrialFailed(Failure(Cause.UNRESPONSIVE, f"the server stopped answering ({type(exc).__name__})",
                                           tail), result.command, result.log_path, result) from None
             return {}  # it died: the caller sees a dead server and records the crash
+
+
+def _exits_within(running: RunningConfig, seconds: float) -> bool:
+    """Whether the server is seen exited within `seconds`. A killed server closes its sockets while
+    it exits, so its clients see a broken stream a moment before its exit status exists."""
+    deadline = time.monotonic() + seconds
+    while running.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 async def _assess(running: RunningConfig, plan: QualityPlan) -> QualityResult:
