@@ -419,18 +419,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/data"),
                         help="with --noise: the folder of the raw outcomes (replay_noise_<table>.json, resumed)")
     parser.add_argument("--minutes", type=float, default=1e9, help="with --noise: start no new arm after this")
-    parser.add_argument("--demo", action="append", metavar="K=V",
-                        help="with --noise: replay the demo's own budget instead (8 starts, the ranking's best "
-                        "picked) from this default config (repeat for each param); prints how often the pick "
-                        "is within 5%% of the table's best")
+    parser.add_argument("--demo", action="append", metavar="K=V", help="with --noise: replay the demo's 8-start "
+                        "budget from this default config instead (repeat per param): picks within 5%% of the best")
     args = parser.parse_args()
     if args.demo:
         from bench.noisy_replay import demo_report
         from search.baseline import parse_assignments
 
         for path in args.tables:
-            print(demo_report(path, parse_assignments(args.demo), (args.noise or "table,0.05").split(","),
-                              args.seeds))
+            print(demo_report(path, parse_assignments(args.demo), (args.noise or "table,0.05").split(","), args.seeds))
         return
     if args.noise:
         from bench.noisy_replay import benchmark, result_path

@@ -28,16 +28,19 @@ def _start_logs(arm: dict[str, Any]) -> list[float]:
     return [math.log(float(np.mean(runs))) for runs in arm["runs"] if runs]
 
 
-def residuals(confirmation: dict[str, Any], drop_round: int | None = None) -> dict[str, list[float]]:
-    """Per compared arm: the within-round log differences (arm - default) minus their mean, without
-    round `drop_round` (a slow start of the default is in every comparison of its round)."""
+def differences(confirmation: dict[str, Any], drop_round: int | None = None) -> dict[str, list[float]]:
+    """Per compared arm: the within-round log differences (arm - default), without round
+    `drop_round` (a slow start of the default is in every comparison of its round)."""
     default, *others = confirmation["arms"]
     base = _start_logs(default)
-    out: dict[str, list[float]] = {}
-    for arm in others:
-        d = [b - a for i, (a, b) in enumerate(zip(base, _start_logs(arm), strict=False)) if i != drop_round]
-        out[arm["label"]] = [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
-    return out
+    return {arm["label"]: [b - a for i, (a, b) in enumerate(zip(base, _start_logs(arm), strict=False))
+                           if i != drop_round] for arm in others}
+
+
+def residuals(confirmation: dict[str, Any], drop_round: int | None = None) -> dict[str, list[float]]:
+    """`differences` minus their mean (none where fewer than two rounds are left)."""
+    return {label: [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
+            for label, d in differences(confirmation, drop_round).items()}
 
 
 def _pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
@@ -54,9 +57,8 @@ def table(paths: list[Path]) -> str:
     groups: list[list[float]] = []
     worst = (0.0, -1, -1)  # |residual|, confirmation, round
     for ci, (name, c) in enumerate(confs):
-        for label, r in residuals(c).items():
-            d = [b - a for a, b in zip(_start_logs(c["arms"][0]),
-                                       _start_logs(next(a for a in c["arms"] if a["label"] == label)), strict=False)]
+        for label, d in differences(c).items():
+            r = [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
             sd, _ = _pooled_sd([r])
             groups.append(r)
             worst = max(worst, *((abs(x), ci, i) for i, x in enumerate(r)))
