@@ -266,10 +266,21 @@ class ServerPool:
             self.reuses += 1
             return self._running, True
         self.release()
-        self.starts += 1
-        running = _start_config(request.settings, request.model, request.flags, request.env,
-                               free_port(request.settings.host), request.log_dir / "server.log", self.progress,
-                               self._fingerprints)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.starts += 1
+            try:
+                running = _start_config(request.settings, request.model, request.flags, request.env,
+                                       free_port(request.settings.host), request.log_dir / "server.log",
+                                       self.progress, self._fingerprints)
+                break
+            except LaunchFailed as exc:
+                # A free port is only free until someone binds it: another program (or an outgoing
+                # connection's ephemeral port) can take it between our pick and the server's bind.
+                # That says nothing about the config, so it is started again on another port.
+                if exc.failure.cause != Cause.PORT_IN_USE or attempt == PORT_ATTEMPTS:
+                    raise
+                self.progress(f"the port was taken before the server bound it ({exc.failure.detail}); "
+                              "starting again on another port")
         self._key, self._running = request.launch_key, running
         return running, False
 
@@ -388,6 +399,9 @@ async def _assess(running: RunningConfig, plan: QualityPlan) -> QualityResult:
 
     return await assess(running.base_url, await _model_id_of(running.base_url), running.engine.dialect,
                         plan.spec, plan.reference, plan.timeout_s)
+
+
+PORT_ATTEMPTS = 3  # starts of one config that may fail only because its port was taken meanwhile
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -45,14 +45,14 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def stretch_proxy(host: str, port: int, upstream: int, fraction: float,
+def stretch_proxy(listener: socket.socket, host: str, upstream: int, fraction: float,
                   swap: tuple[bytes, bytes] | None = None) -> None:
-    """Serve host:port, forward to host:upstream; responses delayed to t0 + (t - t0) / (1 - f), where
-    t0 is when the client last sent bytes (a request) and t when the response bytes arrived. With
-    `swap`, its first string is replaced by its second in what arrives (per read: an answer small
-    enough for one read, as a non-streamed chat completion is, always has it replaced)."""
+    """Serve the listener (the command's port), forward to host:upstream; responses delayed to
+    t0 + (t - t0) / (1 - f), where t0 is when the client last sent bytes (a request) and t when the
+    response bytes arrived. With `swap`, its first string is replaced by its second in what arrives
+    (per read: an answer small enough for one read, as a non-streamed chat completion is, always has
+    it replaced)."""
     scale = 1.0 / (1.0 - fraction)
-    listener = socket.create_server((host, port), reuse_port=False)
 
     def connection(client: socket.socket) -> None:
         try:
@@ -127,9 +127,12 @@ def main(argv: list[str]) -> int:
             return 2
         at = command.index("--port") + 1
         host = command[command.index("--host") + 1] if "--host" in command else "127.0.0.1"
-        port, upstream = int(command[at]), free_port(host)
+        # The proxy holds the command's port before the child's port is picked: picked first, the kernel
+        # can hand out the same (still free) port twice, and the child then cannot bind it (seen in CI).
+        listener = socket.create_server((host, int(command[at])), reuse_port=False)
+        upstream = free_port(host)
         command = [*command[:at], str(upstream), *command[at + 1:]]
-        threading.Thread(target=stretch_proxy, args=(host, port, upstream, fraction, swap), daemon=True).start()
+        threading.Thread(target=stretch_proxy, args=(listener, host, upstream, fraction, swap), daemon=True).start()
     child = subprocess.Popen(command)
     done = threading.Event()
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness import Cause, LaunchFailed, MeasureSettings, Session, TrialFailed
+from harness.flagsearch_home import llama_server
 from harness.workloads import WorkloadSpec
 from tests.conftest import llama_request
 
@@ -21,6 +24,7 @@ pytestmark = pytest.mark.e2e
 
 SHORT = [WorkloadSpec("w", ("qa",), max_tokens=8)]
 ONE = MeasureSettings(repeats=1, warmup=False, request_timeout_s=30.0)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_an_equal_request_reuses_the_kept_server(llama_session: Session, tmp_path: Path) -> None:
@@ -112,3 +116,21 @@ def test_a_start_that_fails_is_launch_failed_with_the_engines_cause(tmp_path: Pa
         session.run(llama_request(tmp_path, flash_attn="off", cache_type_v="q8_0"), SHORT, ONE)
     assert info.value.cause == "bad_flag" and "flash_attn" in info.value.detail
     assert session.starts == 1 and session.pool.running is None
+
+
+def test_a_port_taken_before_the_server_binds_it_is_started_again_on_another(tmp_path: Path) -> None:
+    """Another program takes the picked port between our pick and the engine's bind (the soak's fault
+    engine listens on it, then execs the real llama-server, whose own log says it could not bind): the
+    config is not at fault, so the door starts it again on a new port and the run completes."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "port").touch()  # taken by the first start only
+    wrapper = (sys.executable, str(REPO / "tests" / "soak" / "engine.py"), str(faults), str(llama_server()))
+    request = llama_request(tmp_path)
+    request = replace(request, settings=replace(request.settings, command=wrapper))
+    said: list[str] = []
+    with Session(progress=said.append) as session:
+        measured = session.run(request, SHORT, ONE)
+        assert session.starts == 2 and measured.workloads["w"].errors == 0
+    assert any("port was taken before the server bound it" in line and "couldn't bind" in line for line in said), said
+    assert not (faults / "port").exists()

@@ -57,7 +57,9 @@ KINDS = (*ENGINE_FAULTS, *START_FAULTS, *TOOL_FAULTS)
 # A recorded cause matches an expected one, or extends it with the request errors ("<cause>/<kinds>").
 EXPECTED = {"engine_kill": {"crashed_after_ready", "crashed"},
             "engine_stop": {"unresponsive", "errors/timeout", "objective_missing/timeout"},
-            "port": {"port_in_use"}, "oom": {"oom"}, "tool_kill": {"interrupted"}, "tool_term": {"interrupted"}}
+            "oom": {"oom"}, "tool_kill": {"interrupted"}, "tool_term": {"interrupted"}}
+# Faults the tool absorbs: the trial completes (a taken port: the server is started again on another port).
+RECOVERED = ("storage_restart", "port")
 
 
 @dataclass
@@ -293,7 +295,7 @@ class Soak:
             record = records.get(fault.trial, {})
             cause = next((f["cause"] for f in self.tally.failures if f["trial"] == fault.trial), "")
             fault.outcome = f"#{fault.trial} {record.get('state', '?')}" + (f": {cause}" if cause else "")
-            if fault.kind == "storage_restart":
+            if fault.kind in RECOVERED:
                 fault.verdict = "as expected" if not cause else f"UNEXPECTED: {cause}"
             elif any(cause == e or cause.startswith(e + "/") for e in EXPECTED[fault.kind]):
                 fault.verdict = "as expected"
