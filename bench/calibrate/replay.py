@@ -9,6 +9,7 @@ import csv
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,15 @@ def analyze_live(paths: list[Path]) -> str:
                      f"{fmt_rate(count['improved'], n, True)} | {count['unchanged']}/{n} | {count['inconclusive']}/{n} "
                      f"| {np.mean([r['rounds'] for r in mine]):.1f} "
                      f"| {np.mean([r['seconds'] for r in mine]) / 60:.1f} |")
+    lines += ["", "Paired noise (what the gate sees): within each repetition, the log difference B - A of the "
+              "start means of a round, around that repetition's mean difference; pooled over repetitions.", "",
+              "| comparison | rounds | df | mean change | per start, each side | run to run | between starts |",
+              "|---|---|---|---|---|---|---|"]
+    for a, b in dict.fromkeys((r["a"], r["b"]) for r in reps):
+        pn = paired_noise([r for r in reps if (r["a"], r["b"]) == (a, b)], metric)
+        if pn is not None:
+            lines.append(f"| {a} vs {b} | {pn.rounds} | {pn.df} | {100 * pn.mean_change:+.1f}% | "
+                         f"{100 * pn.per_start:.2f}% | {100 * pn.run_to_run:.2f}% | {100 * pn.between:.2f}% |")
     lines += ["", "| arm | starts | sd between starts | sd run to run |", "|---|---|---|---|"]
     starts: dict[str, list[list[float]]] = {}
     for r in reps:
@@ -248,3 +258,42 @@ def analyze_live(paths: list[Path]) -> str:
         lines.append(f"| {arm} | {vc.starts} | {100 * vc.sd_between:.1f}% | {100 * vc.sd_within:.1f}% |")
     return "\n".join(lines)
 
+
+@dataclass(frozen=True)
+class PairedNoise:
+    rounds: int
+    df: int  # rounds minus one per repetition (each repetition's mean difference is estimated)
+    mean_change: float  # mean over repetitions of the mean log difference B - A
+    per_start: float  # sd of a round's paired log difference / sqrt(2): one start's share, each side
+    run_to_run: float  # pooled sd of log runs within a start
+    between: float  # per_start with the run-to-run share of a start's mean removed (0 when it explains all)
+
+
+def paired_noise(reps: list[dict[str, Any]], metric: str) -> PairedNoise | None:
+    """The noise the paired gate works on, from live repetitions: the inputs of `bench.calibrate
+    simulate --sd-between --sd-within` (docs/calibration.md uses these numbers)."""
+    centered: list[float] = []
+    within: list[float] = []
+    changes: list[float] = []
+    df = df_within = runs = n_starts = 0
+    for rep in reps:
+        a, b = rep["run"]["a"]["runs"].get(metric, []), rep["run"]["b"]["runs"].get(metric, [])
+        diffs = [math.log(float(np.mean(y))) - math.log(float(np.mean(x))) for x, y in zip(a, b, strict=False)]
+        if len(diffs) < 2:
+            continue
+        changes.append(float(np.mean(diffs)))
+        centered += [d - changes[-1] for d in diffs]
+        df += len(diffs) - 1
+        for start in [*a, *b]:
+            logs = np.log(np.asarray(start, dtype=float))
+            within += list(logs - logs.mean())
+            df_within += len(start) - 1
+            runs += len(start)
+            n_starts += 1
+    if df == 0:
+        return None
+    per_start = math.sqrt(sum(c * c for c in centered) / df) / math.sqrt(2)
+    run_to_run = math.sqrt(sum(w * w for w in within) / df_within) if df_within else 0.0
+    mean_runs = runs / n_starts
+    between = math.sqrt(max(0.0, per_start ** 2 - run_to_run ** 2 / mean_runs))
+    return PairedNoise(len(centered), df, float(np.mean(changes)), per_start, run_to_run, between)
