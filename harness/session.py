@@ -35,6 +35,7 @@ Progress = Callable[[str], None]
 # server is given to be seen exited before it is called alive (a 2 s wait, only after such errors).
 CONNECTION_ERRORS = frozenset({"incomplete_stream", "connect"})
 EXIT_SEEN_S = 2.0
+PORT_ATTEMPTS = 3  # starts of one config that may fail only because its port was taken meanwhile
 
 
 def _quiet(_: str) -> None:
@@ -399,9 +400,6 @@ async def _assess(running: RunningConfig, plan: QualityPlan) -> QualityResult:
 
     return await assess(running.base_url, await _model_id_of(running.base_url), running.engine.dialect,
                         plan.spec, plan.reference, plan.timeout_s)
-
-
-PORT_ATTEMPTS = 3  # starts of one config that may fail only because its port was taken meanwhile
 
 
 def free_port(host: str = "127.0.0.1") -> int:

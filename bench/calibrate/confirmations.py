@@ -37,13 +37,17 @@ def differences(confirmation: dict[str, Any], drop_round: int | None = None) -> 
                            if i != drop_round] for arm in others}
 
 
+def centered(d: list[float]) -> list[float]:
+    """Paired differences minus their mean (none for fewer than two: no spread to estimate)."""
+    return [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
+
+
 def residuals(confirmation: dict[str, Any], drop_round: int | None = None) -> dict[str, list[float]]:
     """`differences` minus their mean (none where fewer than two rounds are left)."""
-    return {label: [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
-            for label, d in differences(confirmation, drop_round).items()}
+    return {label: centered(d) for label, d in differences(confirmation, drop_round).items()}
 
 
-def _pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
+def pooled_sd(groups: list[list[float]]) -> tuple[float, int]:
     """Pooled sd of groups of mean-centred residuals (each group loses one degree of freedom)."""
     ss = sum(x * x for g in groups for x in g)
     df = sum(len(g) - 1 for g in groups if len(g) > 1)
@@ -58,19 +62,19 @@ def table(paths: list[Path]) -> str:
     worst = (0.0, -1, -1)  # |residual|, confirmation, round
     for ci, (name, c) in enumerate(confs):
         for label, d in differences(c).items():
-            r = [x - float(np.mean(d)) for x in d] if len(d) > 1 else []
-            sd, _ = _pooled_sd([r])
+            r = centered(d)
+            sd, _ = pooled_sd([r])
             groups.append(r)
             worst = max(worst, *((abs(x), ci, i) for i, x in enumerate(r)))
             lines.append(f"| {name} | {label} | {len(d)} | {math.exp(float(np.mean(d))):.3f} | "
                          f"{100 * sd:.1f}% | {100 * sd / math.sqrt(2):.1f}% |")
-    sd, df = _pooled_sd(groups)
+    sd, df = pooled_sd(groups)
     lines += ["", f"pooled: sd of the paired difference {100 * sd:.1f}% ({df} degrees of freedom), "
                   f"{100 * sd / math.sqrt(2):.1f}% per start and side"]
     if worst[1] >= 0:
         kept = [r for ci, (_, c) in enumerate(confs)
                 for r in residuals(c, worst[2] if ci == worst[1] else None).values()]
-        sd_t, df_t = _pooled_sd(kept)
+        sd_t, df_t = pooled_sd(kept)
         lines.append(f"without round {worst[2] + 1} of {confs[worst[1]][0]} (largest residual "
                      f"{100 * worst[0]:.1f}%): {100 * sd_t:.1f}% ({df_t} degrees of freedom), "
                      f"{100 * sd_t / math.sqrt(2):.1f}% per start and side")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.calibrate.confirmations import centered, pooled_sd
 from bench.calibrate.gate import final_verdict, fmt_rate, sequential
 from harness.stats import variance_components
 from search.ab import SequentialPlan
@@ -272,28 +273,22 @@ class PairedNoise:
 def paired_noise(reps: list[dict[str, Any]], metric: str) -> PairedNoise | None:
     """The noise the paired gate works on, from live repetitions: the inputs of `bench.calibrate
     simulate --sd-between --sd-within` (docs/calibration.md uses these numbers)."""
-    centered: list[float] = []
-    within: list[float] = []
+    groups: list[list[float]] = []
     changes: list[float] = []
-    df = df_within = runs = n_starts = 0
+    starts: list[list[float]] = []
     for rep in reps:
         a, b = rep["run"]["a"]["runs"].get(metric, []), rep["run"]["b"]["runs"].get(metric, [])
         diffs = [math.log(float(np.mean(y))) - math.log(float(np.mean(x))) for x, y in zip(a, b, strict=False)]
         if len(diffs) < 2:
             continue
         changes.append(float(np.mean(diffs)))
-        centered += [d - changes[-1] for d in diffs]
-        df += len(diffs) - 1
-        for start in [*a, *b]:
-            logs = np.log(np.asarray(start, dtype=float))
-            within += list(logs - logs.mean())
-            df_within += len(start) - 1
-            runs += len(start)
-            n_starts += 1
+        groups.append(centered(diffs))
+        starts += [*a, *b]
+    sd, df = pooled_sd(groups)
     if df == 0:
         return None
-    per_start = math.sqrt(sum(c * c for c in centered) / df) / math.sqrt(2)
-    run_to_run = math.sqrt(sum(w * w for w in within) / df_within) if df_within else 0.0
-    mean_runs = runs / n_starts
-    between = math.sqrt(max(0.0, per_start ** 2 - run_to_run ** 2 / mean_runs))
-    return PairedNoise(len(centered), df, float(np.mean(changes)), per_start, run_to_run, between)
+    per_start = sd / math.sqrt(2)
+    runs = variance_components(starts)
+    run_to_run = runs.sd_within
+    between = math.sqrt(max(0.0, per_start ** 2 - run_to_run ** 2 / (runs.runs / runs.starts)))
+    return PairedNoise(sum(len(g) for g in groups), df, float(np.mean(changes)), per_start, run_to_run, between)
