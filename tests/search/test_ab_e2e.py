@@ -29,9 +29,12 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 
+QUICK_CHECKS = Path(__file__).resolve().parents[1] / "data" / "quality_quick.yaml"  # four checks, Japan among them
+
+
 def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False, warmup: bool = True) -> Path:
-    """The smoke suite costs about 5 s on each side's first two starts: only the test that asserts the
-    stored quality runs it. Tests whose outcome no run-to-run spread can change skip the warm-up."""
+    """Only the test that asserts the stored quality checks it (four checks, QUICK_CHECKS). Tests whose
+    outcome no run-to-run spread can change skip the warm-up."""
     server = require(flagsearch_home.llama_server(), "llama-server")
     model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
@@ -42,7 +45,7 @@ def llama_space(tmp: Path, max_tokens: int = 32, quality: bool = False, warmup: 
         "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": max_tokens}],
         "measure": {"repeats": 2, "warmup": warmup, "max_warmups": 1, "request_timeout_s": 120},
-        "quality": {"suite": "smoke", "min_score": 0.5} if quality else {"suite": None},
+        "quality": {"suite": str(QUICK_CHECKS), "min_score": 0.5} if quality else {"suite": None},
         "objectives": [{"metric": "single.decode_tok_s", "direction": "maximize"}],
     }
     path = tmp / "llama.yaml"

@@ -31,7 +31,9 @@ def test_damaged_checkpoint_never_wins(tmp_path: Path) -> None:
         "models": [{"name": "good", "path": str(good)}, {"name": "damaged", "path": str(damaged)}],
         "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 60},
         "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 16}],
-        "quality": {"suite": "smoke", "min_score": 0.8, "reference": {}, "max_kl": 0.05},
+        # Four smoke checks (tests/data/quality_quick.yaml): what is tested is the search's use of the verdict.
+        "quality": {"suite": str(ROOT / "tests" / "data" / "quality_quick.yaml"), "min_score": 0.8, "reference": {},
+                    "max_kl": 0.05},
         "objectives": [{"metric": "w.output_tok_s"}],
     }
     space = parse_space(yaml.safe_load(yaml.safe_dump(doc, sort_keys=False)))
