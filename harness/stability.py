@@ -25,6 +25,7 @@ from harness.session import MeasureSettings, RunRequest, Session
 from harness.workloads import WorkloadSpec
 
 Progress = Callable[[str], None]
+MIN_RUNS = 3  # the fewest runs a drift (a slope with an interval: n - 2 degrees of freedom) is fitted on
 
 
 def _quiet(_: str) -> None:
@@ -98,9 +99,9 @@ class StabilityResult:
 
 
 def drift(samples: list[StabilitySample], duration_s: float) -> Drift | None:
-    """Least-squares slope of throughput over time with its 95% t interval (None under 3 runs)."""
+    """Least-squares slope of throughput over time with its 95% t interval (None under MIN_RUNS runs)."""
     pts = [(s.t_s / 60.0, s.output_tok_s) for s in samples if s.output_tok_s > 0]
-    if len(pts) < 3:
+    if len(pts) < MIN_RUNS:
         return None
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     n = len(pts)
@@ -121,12 +122,14 @@ def run_stability(session: Session, request: RunRequest, spec: WorkloadSpec, con
                   slo: Slo, settings: MeasureSettings, progress: Progress = _quiet,
                   every_s: float = 60.0) -> StabilityResult:
     """Run `spec` at `concurrency` on one server until `duration_s` has passed (measured runs only;
-    the warmup before them is not counted). Raises TrialFailed when the server never starts."""
+    the warmup before them is not counted) and at least MIN_RUNS runs are measured, so that the drift
+    has an estimate even when a run outlasts the duration. Raises TrialFailed when the server never
+    starts."""
     result = StabilityResult(concurrency, duration_s, 0.0)
     loaded = at_concurrency(spec, concurrency)
     started: float | None = None
     last_note = 0.0
-    while started is None or time.monotonic() - started < duration_s:
+    while started is None or time.monotonic() - started < duration_s or len(result.samples) < MIN_RUNS:
         t0 = time.monotonic()
         try:
             # `fresh` asks for a new start for the whole run, not for each of its runs.

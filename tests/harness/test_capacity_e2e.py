@@ -13,7 +13,7 @@ import pytest
 
 from harness import MeasureSettings, Session
 from harness.capacity import Slo, find_capacity
-from harness.stability import run_stability
+from harness.stability import MIN_RUNS, run_stability
 from harness.workloads import WorkloadSpec
 from tests.conftest import llama_request
 
@@ -43,6 +43,14 @@ def test_a_stability_run_reports_runs_errors_and_drift(llama_session: Session, t
     assert held.duration_s >= 6.0 and held.drift is not None
     assert held.drift.ci_low <= held.drift.pct_per_min <= held.drift.ci_high
     assert "no drift beyond noise" in held.summary() or "DRIFTS" in held.summary()
+
+
+def test_a_run_longer_than_the_duration_still_measures_enough_runs_for_a_drift(llama_session: Session,
+                                                                              tmp_path: Path) -> None:
+    # A loaded machine once made one run of this workload last 10.7 s, beyond a 6-second stability run,
+    # which then had one run and no drift. The run goes on until the drift can be fitted.
+    held = run_stability(llama_session, llama_request(tmp_path), CHAT, 2, 0.0, Slo({"ttft_p90_s": 30.0}), SETTINGS)
+    assert len(held.samples) == MIN_RUNS and held.drift is not None and held.failure is None
 
 
 def test_a_server_killed_during_a_stability_run_is_its_failure(tmp_path: Path) -> None:
