@@ -100,4 +100,5 @@ if ! CONFIGURE_ONLY=1 GGML_CUDA="$CUDA" bash bench/gpu/build_llama_cuda.sh .gpu/
   fi
 fi
 echo "prepared: .gpu/llama-src.tgz ($(du -h .gpu/llama-src.tgz | cut -f1)) and $(ls .whl | wc -l) wheels in .whl/" \
-  "($(du -sh .whl | cut -f1)); next: bash bench/gpu/run.sh on the GPU machine, carrying .gpu and .whl"
+  "($(du -sh .whl | cut -f1)); next: bash bench/gpu/run.sh on the GPU machine, carrying .gpu and .whl" \
+  "(.gpu/bin and .whl once the built llama-server parts are in .gpu/bin: the 64 MiB carry limit)"

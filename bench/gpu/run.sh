@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Device-side driver of the GPU validation, run through the `device` tool from the repo root with
-# carry [".gpu", ".whl"] as prepared by `bash scripts/prepare_gpu.sh`. Installs the carried wheels,
+# carry [".gpu", ".whl"] as prepared by `bash scripts/prepare_gpu.sh` (once .gpu/bin/llama-server.xz.part* exist,
+# carry [".gpu/bin", ".whl"]: the source tarball only builds, and with it the tree, .gpu (46 MiB) and .whl (9 MiB)
+# passed the device tool's 64 MiB carry limit on 2026-11-27). Installs the carried wheels,
 # builds llama-server with CUDA (or reuses a carried .gpu/bin/llama-server from an earlier build),
 # writes a random 1.1B f16 GGUF meanwhile, measures copy bandwidth, then by MODE:
 #   search      (default) a real `search run` over bench/gpu/llamacpp-h100.yaml in the time left
