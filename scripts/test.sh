@@ -29,6 +29,7 @@ else
   .venv/bin/python -m pytest -v -p no:cacheprovider --durations=30 -n 2 --dist loadgroup -m "not serial" \
     || status=$?
   log "parallel part finished in $(( $(date +%s) - start )) s (pytest exit $status)"
+  log "$(.venv/bin/python scripts/wait_calm.py)"
   .venv/bin/python -m pytest -v -p no:cacheprovider --durations=10 -m serial || status=$?
 fi
 log "test suite finished in $(( $(date +%s) - start )) s (pytest exit $status)"

@@ -74,20 +74,24 @@ def test_a_reused_server_never_sees_an_earlier_measurements_prompts(llama_sessio
         assert_window_and_no_position_effect(measured.workloads["two"], 48, 2, runs=2)
 
 
+# Alone (after the two workers): how much two eager vLLM-CPU streams overlap depends on the CPU another
+# test takes (48% of the decode time beside one at 32 tokens, under the product's 50% floor). Moved into the
+# parallel part for one session (80 tokens, 2 runs on the shared server), the serial 10% slowdown test that then
+# ran first after the workers failed in two of three fresh-clone runs (in one, its first start measured 53 tok/s
+# against 70-71; it never failed in six with this test before it); scripts/wait_calm.py now also waits for calm.
+@pytest.mark.serial
 def test_vllm_window_at_two_streams(vllm_session: tuple[Session, RunRequest]) -> None:
-    # On the session's shared server, which earlier tests measured with the same items (in the parallel
-    # part: a start of its own, alone afterwards, cost 33 s more than its 47 s of measuring).
+    # On the session's shared server, which earlier tests measured with the same items.
     session, request = vllm_session
-    # Two streams: eager vLLM-CPU prefills each arriving prompt while the others wait, so the first
-    # stream waits about 3 s for the second prompt's prefill. That wait is a fixed share of a short run:
-    # at 32 tokens the window covered 42-48% of the decode time (under the product's 50% floor, "ask for
-    # more tokens"), at 64 tokens 71-74% calm; 80 tokens leave room for a test beside it. 2 runs (the
-    # position effect is the llama-server test's; beside another test these 2 stream runs cost ~20 s each).
-    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=80)],
-                           MeasureSettings(repeats=2, request_timeout_s=120))
+    # Two streams: eager vLLM-CPU prefills each arriving prompt while the others wait (9 s at four).
+    # The first stream waits about 3 s for the second prompt's prefill; at 32 tokens a run beside
+    # another test left a window of 48% of the decode time (the product's own check says "ask for
+    # more tokens"), so 64 tokens, and 3 runs (the position effect is the llama-server test's).
+    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=64)],
+                           MeasureSettings(repeats=3, request_timeout_s=120))
     # The product's own coverage check (window_problems, asserted empty) is the guard, this bound a
     # sanity check.
-    assert_window_and_no_position_effect(measured.workloads["two"], 80, 2, runs=2, coverage=0.6)
+    assert_window_and_no_position_effect(measured.workloads["two"], 64, 2, runs=3, coverage=0.6)
 
 
 def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_path: Path) -> None:
