@@ -2,8 +2,9 @@
 server starts, interleaved round-robin (each round starts every arm once, in a rotating order, so
 drift and a noisy neighbour hit all arms alike), judged with the paired sequential test every
 verb uses (each arm's round r against the default's round r: search/sequential.py compare_paired),
-with the false-alarm budget split over the comparisons (one study, one alpha), and stopped as soon
-as every comparison is settled.
+with the false-alarm budget split over the claims (each top config against the default; one study,
+one alpha; a positive control is tested at that same level but is no claim: it is slower by
+construction and cannot make a false alarm), and stopped as soon as every comparison is settled.
 
 The positive control (the default behind a known slowdown) proves what the confirmation can see:
 size it at the smallest effect the study claims to detect (the demo: 10%), not at an effect so
@@ -113,7 +114,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if any(not arm.runs[-1] for arm in arms):
                 break  # an arm failed to start or measure: nothing to compare this round
-            each = family_alpha(DEFAULT_ALPHA, len(arms) - 1)
+            each = comparison_alpha(arms)
             verdicts = {arm.key: compare_paired(objective.metric, arms[0].runs, arm.runs,
                                                 direction="higher" if objective.direction == "maximize"
                                                 else "lower", min_effect=min_effect, alpha=each, looks=looks)
@@ -129,6 +130,14 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},
                         load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner,
                         controls=controls)
+
+
+def comparison_alpha(arms: list[Arm], alpha: float = DEFAULT_ALPHA) -> float:
+    """Each comparison's level: the study's alpha split over its claims (each top config against
+    the default, arms[0]). A positive control is slower by construction: its "no difference"
+    hypothesis is false, so it cannot make a false alarm and takes no share; it is tested at the
+    claims' level, the level whose power it has to show."""
+    return family_alpha(alpha, sum(1 for arm in arms[1:] if not arm.control))
 
 
 def _detected(verdict: MetricVerdict | None) -> bool:

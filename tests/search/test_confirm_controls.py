@@ -3,14 +3,16 @@ confirmation says it could not see a real difference instead of calling configs 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from search.confirm import Arm, _answer
-from search.gate import MetricVerdict
+from search.confirm import Arm, _answer, comparison_alpha
+from search.gate import DEFAULT_ALPHA, MetricVerdict
+from search.sequential import compare_paired
 from search.space import SpaceError, parse_space
 from tests.conftest import Quiet
 
@@ -55,6 +57,35 @@ def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
     answer, winner = _answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("regressed", 0.6)},
                              contended=False, direction="maximize")
     assert answer.startswith("confirmed: #3 is 1.20x") and winner == 3, answer
+
+
+def test_the_budget_is_split_over_claims_and_a_control_is_tested_at_their_level() -> None:
+    assert comparison_alpha(ARMS) == DEFAULT_ALPHA  # one claim (#3); the control takes no share
+    two_tops = [*ARMS, Arm(5, "#5", {}, key="5")]
+    assert comparison_alpha(two_tops) == DEFAULT_ALPHA / 2
+    assert comparison_alpha(ARMS[:1]) == DEFAULT_ALPHA
+
+
+def test_the_demos_committed_rounds_find_the_ten_percent_control_at_the_claims_level() -> None:
+    """Demo D (2026-11-27, bench/data/demo_confirmations_20261127.json): with the budget split over
+    the winner and the control, the 10% control was missed at 4 rounds (0.90x, interval reaching
+    1.00); at the claims' level the same rounds find it worse, and the winner stays confirmed."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data"
+                       / "demo_confirmations_20261127.json").read_text())
+    demo = next(d for d in data["demos"] if d["demo"] == "D")
+    runs = {a["label"]: a["runs"] for a in demo["confirmation"]["arms"]}
+    arms = [Arm(0, "default", {}, key="0"), Arm(6, "#6", {}, key="6"),
+            Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
+
+    def judged(label: str, alpha: float) -> MetricVerdict:
+        return compare_paired("four_streams.decode_tok_s", runs["default"], runs[label], direction="higher",
+                              min_effect=0.03, alpha=alpha, looks=(3, 4))
+
+    split_over_both = DEFAULT_ALPHA / 2
+    assert judged("control1", split_over_both).verdict == "inconclusive"
+    control = judged("control1", comparison_alpha(arms))
+    assert control.verdict == "regressed" and 0.85 < control.ratio < 0.95 and control.ci_high < 1
+    assert judged("#6", comparison_alpha(arms)).verdict == "improved"
 
 
 def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
