@@ -98,11 +98,15 @@ def test_a_rejected_value_is_never_launched_again(tmp_path: Path) -> None:
 
 
 def stall_during(trial_number: int, runner_box: list[StudyRunner]) -> Any:
-    """A phase hook that freezes the server half of every 100 ms while `trial_number` measures."""
+    """A phase hook that freezes the server 70 of every 100 ms while `trial_number` warms up and
+    measures: ~0.3x, well below the throttled config's ~0.6x."""
     state: dict[str, Any] = {}
 
     def on_phase(number: int, text: str) -> None:
-        if number != trial_number or "measuring" not in text or state:
+        # From the first warm-up on: stalling only the measured runs let an unstalled warm-up count as
+        # the first measured run (warm-ups that agree end the warm-up), and the median then sat near
+        # the throttled config's.
+        if number != trial_number or not ("measuring" in text or "warming up" in text) or state:
             return
         server = runner_box[0].active
         assert server is not None
@@ -113,9 +117,9 @@ def stall_during(trial_number: int, runner_box: list[StudyRunner]) -> Any:
             while not stop.is_set():
                 try:
                     os.kill(pid, signal.SIGSTOP)
-                    time.sleep(0.05)
+                    time.sleep(0.07)
                     os.kill(pid, signal.SIGCONT)
-                    time.sleep(0.05)
+                    time.sleep(0.03)
                 except ProcessLookupError:
                     return
 
@@ -151,39 +155,38 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
     events = Events(hook)
     runner = runner_for(tmp_path, throttled_space("confirm"), events)
     box.append(runner)
-    # The default is frozen half the time while it is measured (stall detection re-measures some of
+    # The default is frozen 70% of the time while it is measured (stall detection re-measures some of
     # it), so in the ranking the throttled config (~0.6x in truth) looks better than the default.
-    runner.study.enqueue_trial({"engine": "llamacpp", "batch_size": 512})
     runner.study.enqueue_trial({"engine": "throttled", "batch_size": 2048})
     try:
-        runner.run(n_trials=3)
+        runner.run(n_trials=2)
     finally:
         hook.end()
     view = load_view(runner.study)
     ranked = {r.number: view.ratio_to_default(r) for r in view.records}
     # The truly slower config must have looked better than the stalled default: the ranking is misled.
-    assert ranked[2] is not None and ranked[2] > 1.0, f"the stall should have misled the ranking: {ranked}"
+    assert ranked[1] is not None and ranked[1] > 1.0, f"the stall should have misled the ranking: {ranked}"
 
-    # Up to 5 rounds: at 3 (2 degrees of freedom, the interval at its true ~99.4% level) a fresh-start
-    # spread of ~11% a round left the ~0.6x config inconclusive in a calm fresh-clone run (0.64x, CI
-    # 0.19-2.19); the gate stops as soon as it is settled.
-    result = confirm_study(runner.study, runner.space, tmp_path / "confirm", top_k=2, max_rounds=5,
+    # Up to 5 rounds: at 3 (2 degrees of freedom) a fresh-start spread of ~11% a round left the ~0.6x
+    # config inconclusive in a calm fresh-clone run (0.64x, CI 0.19-2.19); the gate stops as soon as
+    # it is settled. One claim (the ranking's best), so the whole budget is its own.
+    result = confirm_study(runner.study, runner.space, tmp_path / "confirm", top_k=1, max_rounds=5,
                            progress=events.phase)
     assert result is not None
     verdicts = {k: v["verdict"] for k, v in result.verdicts.items()}
+    assert set(verdicts) == {"1"}
     assert all(len(arm["runs"]) == result.rounds for arm in result.arms)  # fresh starts, every arm, every round
     assert "confirmation" in optuna.load_study(study_name="confirm", storage=runner.storage).user_attrs
     assert result.winner is None, result.answer  # the stall crowned no one
-    assert verdicts["1"] != "improved", result.answer
     if result.contended:  # other programs took the CPU: the tool says so rather than judge
         assert "withheld" in result.answer
         return
-    if verdicts["2"] != "regressed":
+    if verdicts["1"] != "regressed":
         # Two fresh-clone runs saw this objective (end-to-end tok/s: a fresh start's first token included)
         # spread by up to +-50% between rounds: then the confirmation must say it could not tell, with the
         # change it could have seen, and still read the direction.
-        assert verdicts["2"] == "inconclusive" and "could detect" in result.answer, result.answer
-        assert result.verdicts["2"]["ratio"] < 0.9, result.answer
+        assert verdicts["1"] == "inconclusive" and "could detect" in result.answer, result.answer
+        assert result.verdicts["1"]["ratio"] < 0.9, result.answer
         return
     assert "stays best" in result.answer or "distinguishable" in result.answer
 
