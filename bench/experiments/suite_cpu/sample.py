@@ -93,17 +93,17 @@ def main() -> int:
     wall = time.monotonic() - started
     kinds: dict[str, dict[str, float]] = {}
     for s in seen.values():
-        k = kinds.setdefault(s.kind, {"cpu_s": 0.0, "processes": 0})
-        k["cpu_s"] += s.last_cpu - s.first_cpu
-        k["processes"] += 1
+        total = kinds.setdefault(s.kind, {"cpu_s": 0.0, "processes": 0})
+        total["cpu_s"] += s.last_cpu - s.first_cpu
+        total["processes"] += 1
     table = {k: {"cpu_s": round(v["cpu_s"], 1), "processes": int(v["processes"])}
              for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["cpu_s"])}
     cores = psutil.cpu_count() or 1
     out.write_text(json.dumps({"command": command, "exit": code, "wall_s": round(wall, 1), "cores": cores,
                                "kinds": table}, indent=1) + "\n")
     print(f"{'kind':<22} {'CPU s':>8} {'processes':>9}")
-    for k, v in table.items():
-        print(f"{k:<22} {v['cpu_s']:>8} {v['processes']:>9}")
+    for kind, row in table.items():
+        print(f"{kind:<22} {row['cpu_s']:>8} {row['processes']:>9}")
     print(f"wall {wall:.0f} s x {cores} cores = {wall * cores:.0f} core-seconds")
     return code
 
