@@ -53,6 +53,16 @@ def test_a_missed_control_leaves_a_significant_winner_standing_and_says_what_wen
     assert "NOT found worse (inconclusive)" in answer and "about 61% or more" in answer and winner == 3
 
 
+def test_a_missed_control_noisier_than_the_winner_sets_the_size_that_went_unseen() -> None:
+    """Demo E (2026-11-28): the winner's comparison could see 9%, but one slow start of the default
+    hid the 10% control (its comparison could see 87%). The answer must not claim 9%."""
+    won = replace(verdict("improved", 2.26), ci_low=2.13, ci_high=2.40, mde=0.087)
+    missed = replace(verdict("inconclusive", 0.93), ci_low=0.60, ci_high=1.44, mde=0.873)
+    answer, winner = _answer(ARMS, {"3": won, "control1": missed}, contended=False, direction="maximize")
+    assert winner == 3 and "about 87% or more at the control's noise" in answer, answer
+    assert "the winner's comparison alone about 9%" in answer and "about 9% or more" not in answer
+
+
 def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
     answer, winner = _answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("regressed", 0.6)},
                              contended=False, direction="maximize")
