@@ -260,13 +260,11 @@ def _unseen_size(best: MetricVerdict, missed: list[MetricVerdict]) -> str:
     winner's and the missed controls' detectable changes. A winner's comparison can be quiet by luck
     (in demo E its one slow start fell in the same round as the default's) while the control's is
     not; the smaller number alone would claim to see what the control showed it did not."""
-    mine = best.mde if math.isfinite(best.mde) else math.nan
-    theirs = max((v.mde for v in missed if math.isfinite(v.mde)), default=math.nan)
-    if not math.isfinite(mine) and not math.isfinite(theirs):
-        return ""
-    if not math.isfinite(theirs) or (math.isfinite(mine) and mine >= theirs):
-        return f" (about {100 * mine:.0f}% or more at this noise)"
-    alone = f"; the winner's comparison alone about {100 * mine:.0f}%" if math.isfinite(mine) else ""
+    mine = best.mde if math.isfinite(best.mde) else 0.0
+    theirs = max((v.mde for v in missed if math.isfinite(v.mde)), default=0.0)
+    if theirs <= mine:
+        return f" (about {100 * mine:.0f}% or more at this noise)" if mine else ""
+    alone = f"; the winner's comparison alone about {100 * mine:.0f}%" if mine else ""
     return f" (about {100 * theirs:.0f}% or more at the control's noise{alone})"
 
 
