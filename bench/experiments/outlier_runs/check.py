@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.calibrate.confirmations import centered, pooled_sd
+from search.sequential import start_values
+
 SHARE, Z = 0.10, 5.0
 
 
@@ -27,20 +30,20 @@ def flagged(runs: list[float]) -> list[int]:
     return out
 
 
-def start_value(runs: list[float], drop: bool) -> float:
-    keep = [v for i, v in enumerate(runs) if not (drop and 3 <= len(runs) <= 4 and i in flagged(runs))]
-    return float(np.mean(np.log(keep)))
+def kept(runs: list[float], drop: bool) -> list[float]:
+    return [v for i, v in enumerate(runs) if not (drop and 3 <= len(runs) <= 4 and i in flagged(runs))]
 
 
 def paired_per_start(reps: list[dict], metric: str, drop: bool) -> tuple[float, int]:
-    ss, df = 0.0, 0
+    """The gate's paired noise per start and side (bench.calibrate's pooled paired residual), each
+    start's value the mean log of its kept runs (search.sequential.start_values)."""
+    groups = []
     for rep in reps:
-        a, b = rep["run"]["a"]["runs"][metric], rep["run"]["b"]["runs"][metric]
-        diffs = np.array([start_value(y, drop) - start_value(x, drop) for x, y in zip(a, b, strict=False)])
-        if len(diffs) >= 2:
-            ss += float(((diffs - diffs.mean()) ** 2).sum())
-            df += len(diffs) - 1
-    return (math.sqrt(ss / df) / math.sqrt(2) if df else math.nan), df
+        a = start_values([kept(r, drop) for r in rep["run"]["a"]["runs"][metric]])
+        b = start_values([kept(r, drop) for r in rep["run"]["b"]["runs"][metric]])
+        groups.append(centered([y - x for x, y in zip(a, b, strict=False)]))
+    sd, df = pooled_sd(groups)
+    return sd / math.sqrt(2), df
 
 
 def main() -> None:
