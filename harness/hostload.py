@@ -11,10 +11,17 @@ host running a 2-core engine it is the few cores the engine and client were seen
 cores elsewhere do not hide behind a share of 128 (nor count against us when they are elsewhere).
 On a GPU host, other processes on the device and its utilisation are recorded; another process on
 the device makes the window contended (a shared accelerator decides a ranking as a shared CPU does).
+
+What no process table shows: another tenant of the physical host (a VM whose core's SMT sibling,
+or whose overcommitted host, is busy) slows every program here unevenly while this machine looks
+idle. `speed_probe` times a fixed piece of CPU work; `host_speed_note` says when it varied between
+the rounds of a comparison (seen 2026-11-28 on a 2-core VM: 0.67-1.33 s for one loop with nothing
+else running, and llama-server's decode rate 60-84 tok/s from one start to the next).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -88,6 +95,35 @@ def _gpu_state() -> tuple[float | None, list[int]]:
         return None, []
     values = [float(u) for u in util if u.replace(".", "", 1).isdigit()]
     return (max(values) if values else None), [int(a) for a in apps if a.isdigit()]
+
+
+# sum(range(N)) runs in C without allocating: a few ms of one core, the same work on every call.
+PROBE_N = 300_000
+# A fixed piece of work that took this many times longer at its slowest than at its fastest, with
+# nothing of ours running beside it, says the host itself changed speed (a calm host: ~1.05).
+HOST_SPEED_RATIO = 1.3
+
+
+def speed_probe() -> float:
+    """Milliseconds a fixed piece of CPU work took now (the fastest of 3 tries, so that one
+    scheduler tick does not count; a tenant's load lasts seconds)."""
+    best = math.inf
+    for _ in range(3):
+        t = time.perf_counter()
+        sum(range(PROBE_N))
+        best = min(best, time.perf_counter() - t)
+    return 1000.0 * best
+
+
+def host_speed_note(probes_ms: list[float]) -> str:
+    """'' unless the probes taken between a comparison's starts varied by HOST_SPEED_RATIO or more."""
+    probes = [p for p in probes_ms if p > 0 and math.isfinite(p)]
+    if len(probes) < 4 or max(probes) < HOST_SPEED_RATIO * min(probes):
+        return ""
+    return (f"this machine's CPU speed varied between starts: a fixed piece of work took {min(probes):.1f}-"
+            f"{max(probes):.1f} ms ({max(probes) / min(probes):.2f}x) before our starts; other programs here, "
+            "or another tenant of the physical host (a VM's shared core, which no process table shows), slow "
+            "the measurements unevenly: expect wider intervals")
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ def test_aa_is_not_a_regression_and_a_claim_on_it_is_contradicted(tmp_path: Path
     assert v["n_a"] == 3 and v["n_b"] == 3 and len(v["samples_a"]) == 3
     assert v["verdict"] != "regressed"
     assert report["run"]["order"] == ["A", "B", "B", "A", "A", "B"]
+    # The host's speed was probed before every start (what says so when another tenant slowed it).
+    probes = report["run"]["host_probe_ms"]
+    assert len(probes) == 6 and all(0 < p < 1000 for p in probes), probes
     # Same config on both sides: a claimed +24% is never confirmed (contradicted when the machine is
     # quiet enough, undecided when it is not), and the logs say the same path ran.
     assert report["claims"][0]["verdict"] in ("contradicted", "undecided")

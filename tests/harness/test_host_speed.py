@@ -1,0 +1,28 @@
+"""The host speed probe: a fixed piece of CPU work timed between a comparison's starts, and the note
+that says when it varied (another tenant of a VM's physical host, invisible to the load meter)."""
+
+from __future__ import annotations
+
+import math
+
+from harness.hostload import HOST_SPEED_RATIO, host_speed_note, speed_probe
+
+
+def test_the_probe_times_real_work_in_milliseconds() -> None:
+    probes = [speed_probe() for _ in range(3)]
+    assert all(0 < p < 1000 and math.isfinite(p) for p in probes), probes
+
+
+def test_a_steady_host_gets_no_note_and_a_varying_one_gets_its_range() -> None:
+    calm = [5.1, 5.3, 5.0, 5.2, 5.4, 5.1]  # within 8%: a host to itself
+    assert host_speed_note(calm) == ""
+    # Probes of a 2-core VM on 2026-11-28: mostly ~5.5-6.2 ms, at times 3.5 ms (the sibling idle).
+    seen = [4.87, 5.72, 3.76, 5.92, 6.25, 3.57, 5.92, 3.52]
+    note = host_speed_note(seen)
+    assert "3.5-6.2 ms (1.78x)" in note and "another tenant" in note
+    assert max(seen) / min(seen) >= HOST_SPEED_RATIO
+
+
+def test_too_few_probes_or_broken_ones_say_nothing() -> None:
+    assert host_speed_note([3.0, 6.0, 3.0]) == ""  # three starts cannot tell a trend from a tick
+    assert host_speed_note([5.0, 5.1, 0.0, math.nan, 5.2, 5.0]) == ""
