@@ -136,6 +136,7 @@ class LoadWindow:
     host_cores: int = 0
     gpu_util_pct: float | None = None  # the device's highest utilisation seen
     gpu_foreign_pids: tuple[int, ...] = ()  # processes on the GPU that are not ours
+    probe_ms: float = math.nan  # speed_probe() as the window opened
 
     @property
     def contended(self) -> bool:
@@ -154,7 +155,8 @@ class LoadWindow:
         return {"wall_s": round(self.wall_s, 2), "foreign_cores": round(self.foreign_cores, 3), "cores": self.cores,
                 "host_cores": self.host_cores, "loadavg_1m": round(self.loadavg_1m, 2),
                 "own_cores": round(self.own_cores, 3), "gpu_util_pct": self.gpu_util_pct,
-                "gpu_foreign_pids": list(self.gpu_foreign_pids), "contended": self.contended}
+                "gpu_foreign_pids": list(self.gpu_foreign_pids), "contended": self.contended,
+                "probe_ms": round(self.probe_ms, 3)}
 
 
 class LoadMeter:
@@ -169,6 +171,7 @@ class LoadMeter:
     POLL_S = 0.5
 
     def start(self) -> LoadMeter:
+        self._probe = speed_probe()  # before the window: what it measures is not ours
         self._cores: set[int] = set()
         self._t, self._busy = time.monotonic(), _busy_per_core()
         self._first = _tree_cpu_s(self._cores)  # what our processes had used before the window
@@ -203,4 +206,4 @@ class LoadMeter:
         foreign = sum(busy[c] for c in cores) - own
         return LoadWindow(wall, max(0.0, foreign / wall), len(cores), os.getloadavg()[0], own / wall,
                           psutil.cpu_count() or 1, max(self._gpu_util) if self._gpu_util else None,
-                          tuple(sorted(self._gpu_pids)))
+                          tuple(sorted(self._gpu_pids)), self._probe)

@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.capacity import Slo
 from harness.failure import Cause, Failure, TrialFailed
-from harness.hostload import LoadMeter, LoadWindow
+from harness.hostload import LoadMeter, LoadWindow, host_speed_note
 from harness.session import MeasureSettings, RunRequest, Session
 from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
@@ -125,6 +125,8 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                 for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
+    if note := host_speed_note([w.probe_ms for w in loads]):
+        answer += f" ({note})"
     return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
                         rounds=rounds, wall_s=round(time.monotonic() - started, 1),
                         arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},

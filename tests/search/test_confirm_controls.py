@@ -140,6 +140,8 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     (control,) = [a for a in result.arms if a["control"]]
     assert "throttle.py 0.5 --stretch" in control["command"], control["command"]
     assert len(control["runs"]) == result.rounds >= 3
+    # Every arm's start had the host's speed probed first (a varying host is named in the answer).
+    assert len(result.load) == 2 * result.rounds and all(w["probe_ms"] > 0 for w in result.load), result.load
     verdict = result.verdicts["control1"]
     assert verdict["ratio"] < 0.8, result.answer  # a 0.5x slowdown, measured through the harness
     if not result.contended:
