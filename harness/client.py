@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import certifi
 import httpx
 
 ERROR_BODY_LIMIT = 2000
@@ -253,6 +256,13 @@ class ServerAuth(httpx.Auth):
         yield request
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for every client of the process: by default httpx builds one per client and
+    loads the CA bundle into it, ~27 ms of CPU each time (15 clients in a 3-trial search)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def server_client(**kwargs: Any) -> httpx.AsyncClient:
     """An httpx client for talking to the servers we started (sends their API keys)."""
-    return httpx.AsyncClient(auth=ServerAuth(), **kwargs)
+    return httpx.AsyncClient(auth=ServerAuth(), verify=tls_context(), **kwargs)

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import jsonschema
 
-from harness.client import chat_once
+from harness.client import chat_once, tls_context
 from harness.files import load_yaml, parse_yaml
 from harness.sandbox import run_code_test
 
@@ -397,5 +397,5 @@ async def run_checks(base_url: str, model_id: str, checks: tuple[Check, ...], ti
             result.reason = "truncated at max_tokens (the answer did not finish)"
         return result
 
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=tls_context()) as client:
         return list(await asyncio.gather(*(one(client, c) for c in checks)))

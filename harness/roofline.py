@@ -7,21 +7,30 @@ user to stop tuning flags; one at 20% says there is room (docs/domain.md, "The e
 `bytes_per_token` is the bytes read per decode step: stated in the space (model attrs
 `bytes_per_token_gb`), or active parameters x bytes per weight, or (dense models) the checkpoint
 size. KV-cache reads are left out, so the ceiling is optimistic and the percentage conservative.
-Bandwidth is stated, or measured once by a copy benchmark (read + write bytes over time) in the
-engine's own Python where torch sees a GPU, else with numpy on the host memory.
+Bandwidth is stated, or measured by a copy benchmark (read + write bytes over time) in the
+engine's own Python where torch sees a GPU, else with numpy on the host memory; measured once per
+boot of the machine (`per_boot`: FLAGSEARCH_HOME/cache/bandwidth.json), not once per study: the
+host copy takes ~1.3 s of CPU and the GPU probe starts the engine's torch (seconds), which every
+`search run` paid again for a property of the machine.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from harness import flagsearch_home
 from harness.engines.base import ModelChoice
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 _GPU_COPY = r"""
 import json, time, torch
@@ -93,16 +102,44 @@ def host_copy_bandwidth(size_mib: int = 256, rounds: int = 5) -> float:
     return 2 * a.nbytes / best
 
 
-def gpu_copy_bandwidth(python: str, timeout_s: float = 180.0) -> tuple[float, str] | None:
-    """Device copy bandwidth measured with torch in the engine's environment, or None without a GPU."""
+def gpu_copy_bandwidth(python: str, timeout_s: float = 180.0) -> dict[str, Any] | None:
+    """The device copy benchmark in the engine's environment (torch): {"device": None} without a GPU,
+    else {"device": name, "bytes_s": bandwidth}; None when it could not run."""
     try:
         proc = subprocess.run([python, "-c", _GPU_COPY], capture_output=True, text=True, timeout=timeout_s)
         data = json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None
-    if not data.get("device"):
+    return data if isinstance(data, dict) and "device" in data else None
+
+
+def per_boot(key: str, measure: Callable[[], Any]) -> Any:
+    """measure() once per boot of this machine (a JSON value), kept in FLAGSEARCH_HOME/cache/
+    bandwidth.json; measured every time where the boot id cannot be read. None (it could not be
+    measured) is not kept: the next study tries again."""
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:
+        return measure()
+    path = flagsearch_home.home() / "cache" / "bandwidth.json"
+    try:
+        data = json.loads(path.read_text())
+        if data.get("boot_id") == boot and key in data.get("values", {}):
+            return data["values"][key]
+    except (OSError, ValueError, AttributeError):
+        data = {}
+    value = measure()
+    if value is None:
         return None
-    return float(data["bytes_s"]), str(data["device"])
+    values = data.get("values", {}) if isinstance(data, dict) and data.get("boot_id") == boot else {}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"boot_id": boot, "values": {**values, key: value}}))
+        tmp.replace(path)  # whole or not at all: two studies starting together each write a whole file
+    except OSError:
+        pass
+    return value
 
 
 def build_roofline(model: ModelChoice, bandwidth_gb_s: float | None = None,
@@ -117,9 +154,9 @@ def build_roofline(model: ModelChoice, bandwidth_gb_s: float | None = None,
     if bandwidth_gb_s:
         return Roofline(bpt[0], bandwidth_gb_s * 1e9, bpt[1], "stated")
     if engine_python:
-        gpu = gpu_copy_bandwidth(engine_python)
-        if gpu:
-            return Roofline(bpt[0], gpu[0], bpt[1], f"measured:{gpu[1]}")
+        gpu = per_boot(f"gpu|{engine_python}", lambda: gpu_copy_bandwidth(engine_python))
+        if gpu and gpu.get("device"):
+            return Roofline(bpt[0], float(gpu["bytes_s"]), bpt[1], f"measured:{gpu['device']}")
     if measure_host:
-        return Roofline(bpt[0], host_copy_bandwidth(), bpt[1], "measured:host")
+        return Roofline(bpt[0], float(per_boot("host", host_copy_bandwidth)), bpt[1], "measured:host")
     return None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from harness.client import served_model_id
+from harness.client import served_model_id, tls_context
 from harness.engines import Engine, EngineSettings, FailureCause, ModelChoice, StartupInfo, get_engine
 from harness.failure import Cause, Failure, TrialFailed
 from harness.fingerprint import fingerprint
@@ -154,7 +154,7 @@ def _server_info(engine: Engine, base_url: str) -> dict[str, str]:
     """What the running server says of its own build (vLLM /version, llama.cpp /props), per start:
     the build that answered, not only the one installed."""
     async def ask() -> dict[str, str]:
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as client:
             return await engine.server_info(client, base_url)
     try:
         return asyncio.run(ask())
@@ -169,7 +169,7 @@ def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], sett
     out: dict[str, WorkloadMeasurement] = {}
 
     async def go() -> None:
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(verify=tls_context()) as client:
             model_id = await served_model_id(client, running.base_url, min(10.0, settings.request_timeout_s))
         for spec in workloads:
             out[spec.name] = await measure_workload(running.engine, running.base_url, model_id, spec,
@@ -190,7 +190,7 @@ def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], sett
 
 
 async def _model_id_of(base_url: str) -> str:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=tls_context()) as client:
         return await served_model_id(client, base_url)
 
 

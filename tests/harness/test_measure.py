@@ -3,6 +3,9 @@ on hand-built request records (the real engines are in test_measure_e2e.py)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from harness.client import RequestResult
@@ -15,7 +18,7 @@ from harness.measure import (
     summarize_samples,
     tokens_per_step,
 )
-from harness.roofline import Roofline, build_roofline, bytes_per_token, host_copy_bandwidth
+from harness.roofline import BOOT_ID, Roofline, build_roofline, bytes_per_token, host_copy_bandwidth, per_boot
 from harness.stats import summarize
 
 
@@ -107,3 +110,25 @@ def test_host_copy_bandwidth_is_measured() -> None:
     assert 1e8 < bw < 1e12  # between 0.1 GB/s and 1 TB/s on any real host
     roof = Roofline(2.7e8, bw, "active_params", "measured:host")
     assert roof.metrics({"decode_steps_s": 1.0})["roofline_pct"] > 0
+
+
+def test_the_bandwidth_is_measured_once_per_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path))
+    measured: list[float] = []
+
+    def host() -> float:
+        measured.append(host_copy_bandwidth(size_mib=16, rounds=1))
+        return measured[-1]
+
+    first = per_boot("host", host)
+    assert per_boot("host", host) == first and len(measured) == 1  # the second study reads it back
+    cache = tmp_path / "cache" / "bandwidth.json"
+    data = json.loads(cache.read_text())
+    assert data["boot_id"] == BOOT_ID.read_text().strip() and data["values"] == {"host": first}
+    cache.write_text(json.dumps({**data, "boot_id": "an earlier boot"}))
+    assert per_boot("host", host) == measured[-1] and len(measured) == 2  # another boot: measured again
+    assert per_boot("gpu|/no/python", lambda: None) is None  # could not be measured: not kept
+    assert set(json.loads(cache.read_text())["values"]) == {"host"}
+    model = ModelChoice(name="m", path="/nowhere", active_params_b=0.135, bytes_per_param=2)
+    roof = build_roofline(model)
+    assert roof is not None and roof.bandwidth_source == "measured:host" and roof.bandwidth_bytes_s == measured[-1]
