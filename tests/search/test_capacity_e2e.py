@@ -32,7 +32,7 @@ def test_a_study_picks_the_config_with_the_highest_capacity(space_doc: SpaceFact
                     params={"parallel": {"type": "categorical", "choices": [1, 4], "default": 1},
                             "threads": {"type": "fixed", "value": 1}},
                     workloads=[{"name": "chat", "streams": ["qa"], "max_tokens": 160}],
-                    measure={"repeats": 1, "request_timeout_s": 30, "kv_context_tokens": 512},
+                    measure={"repeats": 1, "warmup": False, "request_timeout_s": 30, "kv_context_tokens": 512},
                     slo={"ttft_p90_s": 1.5, "max_concurrency": 2},
                     objectives=["capacity"], budget={"trials": 2})
     space = tmp_path / "capacity.yaml"
