@@ -60,6 +60,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     assert (first["good"], first["build"], first["verdict"]) == (0, 3, "regressed"), first
     assert -90 < first["change_pct"] < -30 and first["rounds"] == 5
     assert first["fingerprint_b"]["build"]["label"] == "b3-throttled"
+    assert len(first["host_probe_ms"]) == 10 and all(p > 0 for p in first["host_probe_ms"])  # before each turn
     text = (out / "bisect.md").read_text()
     if answer["outcome"] == "found":
         assert answer["first_bad"] == 2 and code == 1
