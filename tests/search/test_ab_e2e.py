@@ -131,7 +131,7 @@ def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path) -> N
         assert f"could detect a change of {100 * v['mde']:.1f}% or more" in (out / "report.md").read_text()
         return
     assert code == 1, v
-    # The proxy's 10% measured -7..-12% on calm machines; a noisy host widens that, not its sign.
+    # A band around the proxy's 10%, wide enough for a noisy host's spread (the old bound was -16..-5).
     assert -25 < v["change_pct"] < -4 and v["ci_high"] < 1.0 and v["level"] > 0.95 and v["paired"]
     assert "shared by a round" in v["note"]
 

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.e2e
 def test_a_study_picks_the_config_with_the_highest_capacity(space_doc: SpaceFactory, tmp_path: Path) -> None:
     # One slot queues one of the two streams behind a whole 160-token answer: 160 tokens at one
     # thread's decode rate (65 tok/s on the older 2-core machines, 81 on newer ones: 2.0-2.5 s) plus a
-    # prefill; measured 3.5 s on a noisy host. Four slots serve both at once: TTFT p90 0.4-0.65 s
-    # (calm and noisy alike, 2026-11-28). 1.5 s lies between with room on both sides. (A 32-token
+    # prefill; measured 2.25-2.38 s on a noisy host (2026-11-28). Four slots serve both at once: TTFT
+    # p90 0.48-0.56 s calm (older CPU), 0.55-0.69 s on that noisy host. 1.5 s lies between with room
+    # on both sides. (A 32-token
     # answer and 0.7 s held on the older CPU, 0.87-0.90 s, and not on the newer: 0.6 s.) Every step's
     # prompts are fresh; before, a kept server's steps resent the same prompts and their prefix-cache
     # hits made four slots look like 0.3 s.
