@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from scipy import stats as sps
-
 from harness.capacity import Slo, at_concurrency, step_of, step_settings
 from harness.failure import TrialFailed
 from harness.session import MeasureSettings, RunRequest, Session
@@ -100,6 +98,7 @@ class StabilityResult:
 
 def drift(samples: list[StabilitySample], duration_s: float) -> Drift | None:
     """Least-squares slope of throughput over time with its 95% t interval (None under MIN_RUNS runs)."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
     pts = [(s.t_s / 60.0, s.output_tok_s) for s in samples if s.output_tok_s > 0]
     if len(pts) < MIN_RUNS:
         return None

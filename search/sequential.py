@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 from scipy import special
-from scipy import stats as sps
 
 from harness.stats import clopper_pearson, variance_components
 from search.gate import (
@@ -296,6 +295,7 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
     otherwise (one stray error in a hundred requests is no evidence). Under A/A the share called
     inconclusive is at most ~10% and regressed at most alpha/2 (measured: docs/calibration.md).
     median_a / median_b are the error rates."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
     rate_a = errors_a / requests_a if requests_a else math.nan
     rate_b = errors_b / requests_b if requests_b else math.nan
     table = [[errors_b, requests_b - errors_b], [errors_a, requests_a - errors_a]]
@@ -330,6 +330,7 @@ def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[st
     (binomial on the discordant checks) at alpha/2. regressed: significantly more lost than gained;
     inconclusive: some lost, not significantly; unchanged: none lost net. Checks whose result
     differs between runs of one side are listed as flaky: they are noise, not a verdict."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
     names = sorted(set(passed_a) & set(passed_b))
 
     def majority(v: Sequence[bool]) -> bool:
