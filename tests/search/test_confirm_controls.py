@@ -147,3 +147,22 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     if not result.contended:
         assert result.controls == [{"key": "control1", "overrides": {"slowdown": 0.5}, "detected": True}]
         assert "positive control (slowdown=0.5)" in result.answer and "found worse" in result.answer
+
+
+def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
+    """A study whose only feasible config is the default (a one-trial run) has no claim to confirm:
+    no server is started (the engine's command does not even exist), where three rounds of the
+    default alone were run before, each a start the user waited for."""
+    from search.confirm import run_confirmation
+    from search.results import TrialRecord, TrialState
+
+    doc = {"name": "alone", "engines": {"llamacpp": {"command": [str(tmp_path / "no-such-server")]}},
+           "models": [{"name": "m", "path": str(tmp_path / "m.gguf")}],
+           "params": {"threads": {"type": "categorical", "choices": [1, 2], "default": 1}},
+           "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 16}],
+           "objectives": [{"metric": "single.output_tok_s"}], "quality": {"suite": None}}
+    default = TrialRecord(number=0, state=TrialState.COMPLETE, params={"threads": 1}, engine="llamacpp", model="m")
+    result = run_confirmation(parse_space(doc, "alone"), default, [], tmp_path / "confirm")
+    assert result.rounds == 0 and result.arms == [] and result.winner is None
+    assert result.answer == "nothing to confirm: no feasible config besides the default"
+    assert not (tmp_path / "confirm").exists()
