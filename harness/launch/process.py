@@ -123,7 +123,12 @@ class ProcessServer:
         return self._pgid
 
     def returncode(self) -> int | None:
-        return self._proc.poll()
+        rc = self._proc.poll()
+        if rc is not None and self._log_pump is not None:
+            # Its last words are still in the pipe: a caller that reads the log on seeing the exit
+            # (wait_ready polls every 50 ms at first) found it empty before the pump wrote them.
+            self._log_pump.join(timeout=2)
+        return rc
 
     def owned_pids(self) -> list[int]:
         self._refresh_known()
