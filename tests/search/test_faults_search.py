@@ -51,12 +51,15 @@ def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 64, timeo
             "dialect": "llamacpp",
             "command": [str(binary)],
             "env": dict(extra_env or {}),
-            "args": {"ctx_size": 1024, "parallel": 1},
+            # Decode at -t 1: the suite runs two tests at once on two cores, and llama-server at -t 2 beside
+            # another busy process took 42 s for three 64-token answers that -t 1 gave in 5 s (2026-11-28).
+            # The searched thread count is the prompt's (-tb), which costs one step per answer.
+            "args": {"ctx_size": 1024, "parallel": 1, "threads": 1},
             "ready_timeout_s": 60,
         }},
         "models": [{"name": "smollm2", "path": str(flagsearch_home.smollm2_gguf())}],
         "params": {
-            "threads": {"type": "categorical", "choices": [1, 2], "default": 1},
+            "threads_batch": {"type": "categorical", "choices": [1, 2], "default": 1},
             "batch_size": {"type": "categorical", "choices": [128, 256, 512, 1024], "default": 512},
             "cache_type_v": {"type": "categorical", "choices": ["f16", "q8_0"], "default": "f16"},
             "flash_attn": {"type": "categorical", "choices": ["on", "off"], "default": "on"},
@@ -403,7 +406,7 @@ def run_study(tmp: Path, reporter: FaultReporter, enqueue: list[dict[str, Any]],
     return runner
 
 
-DEFAULT = {"threads": 1, "batch_size": 512, "cache_type_v": "f16", "flash_attn": "on"}
+DEFAULT = {"threads_batch": 1, "batch_size": 512, "cache_type_v": "f16", "flash_attn": "on"}
 
 
 def test_engine_sigkilled_mid_trial_search_goes_on(tmp_path: Path) -> None:
