@@ -30,11 +30,13 @@ def study_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
     """The test space (tests.conftest.llama_space_doc) with one slot, three params, two measured
     runs of 48 tokens, a budget of `trials` and confirmation of the top 2."""
     doc = llama_space_doc(
-        engine_args={"ctx_size": 1024, "parallel": 1},
+        # Decode at -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then (42 s
+        # for what -t 1 did in 5 s beside a busy process, docs/measurement.md); the searched thread
+        # count is the prompt's (-tb), one step an answer.
+        engine_args={"ctx_size": 1024, "parallel": 1, "threads": 1},
         name=name,
         params={
-            # Default -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then.
-            "threads": {"type": "categorical", "choices": [1, 2], "default": 1},
+            "threads_batch": {"type": "categorical", "choices": [1, 2], "default": 1},
             "batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048},
             "cache_type_k": {"type": "categorical", "choices": ["f16", "q9_0"], "default": "f16"},
         },
@@ -83,9 +85,9 @@ def test_a_rejected_value_is_never_launched_again(tmp_path: Path) -> None:
     events = Events()
     runner = runner_for(tmp_path, study_doc("rejected", 3), events)
     # Two different configs share cache_type_k=q9_0, which this llama-server build refuses.
-    runner.study.enqueue_trial({"threads": 1, "batch_size": 2048, "cache_type_k": "q9_0"})
-    runner.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "q9_0"})
-    runner.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
+    runner.study.enqueue_trial({"threads_batch": 1, "batch_size": 2048, "cache_type_k": "q9_0"})
+    runner.study.enqueue_trial({"threads_batch": 1, "batch_size": 512, "cache_type_k": "q9_0"})
+    runner.study.enqueue_trial({"threads_batch": 1, "batch_size": 512, "cache_type_k": "f16"})
     runner.run(n_trials=3)
     recs = {r.number: r for r in events.finished}
     assert recs[1].state == "failed" and recs[1].failure.cause == "bad_flag", recs[1].failure
@@ -213,8 +215,8 @@ def quick_doc(name: str, trials: int) -> dict[str, Any]:
 
 def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Path) -> None:
     first = runner_for(tmp_path, quick_doc("old-build", 3), Events())
-    first.study.enqueue_trial({"threads": 1, "batch_size": 512, "cache_type_k": "f16"})
-    first.study.enqueue_trial({"threads": 2, "batch_size": 2048, "cache_type_k": "f16"})
+    first.study.enqueue_trial({"threads_batch": 1, "batch_size": 512, "cache_type_k": "f16"})
+    first.study.enqueue_trial({"threads_batch": 2, "batch_size": 2048, "cache_type_k": "f16"})
     first.run(n_trials=3)
     view = load_view(first.study)
     best = max((r for r in view.feasible if r.number != view.baseline_number), key=lambda r: r.objective_values[0])
@@ -226,8 +228,8 @@ def test_warm_start_queues_the_earlier_best_and_informs_the_sampler(tmp_path: Pa
     second.run(n_trials=2)
     own = events.finished
     assert own[0].number == 0 and own[0].params == second.space.default_config()
-    assert {k: own[1].params[k] for k in ("threads", "batch_size")} == {k: best.params[k]
-                                                                        for k in ("threads", "batch_size")}
+    assert {k: own[1].params[k] for k in ("threads_batch", "batch_size")} == {k: best.params[k]
+                                                                        for k in ("threads_batch", "batch_size")}
     warm = [t for t in second.study.trials if t.user_attrs.get(WARM_ATTR)]
     assert len(warm) >= 3 and counted_trials(second.study) == 2
     assert len(load_view(second.study).records) == 2  # the earlier build's trials are not this study's results
