@@ -27,7 +27,9 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -158,6 +160,24 @@ class LoadWindow:
                 "own_cores": round(self.own_cores, 3), "gpu_util_pct": self.gpu_util_pct,
                 "gpu_foreign_pids": list(self.gpu_foreign_pids), "contended": self.contended,
                 "probe_ms": round(self.probe_ms, 3)}
+
+
+def load_note(windows: Sequence[dict[str, Any]]) -> str:
+    """A note when other programs took the engine's cores (or its GPU) in over a quarter of the
+    turns' windows (LoadWindow.to_dict() each), as the confirmation's withheld verdict counts them:
+    on the cores an engine uses in full, one other busy process slows it several-fold
+    (docs/measurement.md), so the verdicts may be the load's."""
+    hit = [w for w in windows if w.get("contended")]
+    if not windows or len(hit) <= len(windows) / 4:
+        return ""
+    worst = max(hit, key=lambda w: float(w.get("foreign_cores") or 0.0))
+    gpu = sorted({int(p) for w in hit for p in w.get("gpu_foreign_pids") or []})
+    foreign = float(worst.get("foreign_cores") or 0.0)
+    what = f"other programs used up to {foreign:.2f} of the {worst.get('cores')} cores we ran on"
+    if gpu:
+        what += f"; other processes were on the GPU ({', '.join(map(str, gpu))})"
+    return (f"the machine was not quiet in {len(hit)} of {len(windows)} turns: {what}; these verdicts may be "
+            "the load's: measure again on a quiet machine")
 
 
 class LoadMeter:

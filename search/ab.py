@@ -26,7 +26,7 @@ from typing import Any
 from harness.engines import EngineSettings, ModelChoice
 from harness.failure import Cause, TrialFailed
 from harness.fingerprint import MATERIAL, material_differences
-from harness.hostload import host_speed_note, speed_probe
+from harness.hostload import LoadMeter, host_speed_note, load_note
 from harness.launch.reaper import Terminated
 from harness.quality import QualityModel
 from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
@@ -126,11 +126,13 @@ class ABRun:
     stopped: str = ""  # why a sequential run ended before its cap
     interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
     host_probe_ms: list[float] = field(default_factory=list)  # harness.hostload.speed_probe before each turn
+    load: list[dict[str, Any]] = field(default_factory=list)  # each turn's LoadWindow.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
                 "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped,
-                "interrupted": self.interrupted, "host_probe_ms": [round(p, 3) for p in self.host_probe_ms]}
+                "interrupted": self.interrupted, "host_probe_ms": [round(p, 3) for p in self.host_probe_ms],
+                "load": self.load}
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -196,9 +198,14 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
         for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
             subject, result = sides[key]
             progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
-            run.host_probe_ms.append(speed_probe())  # before the start: nothing of ours is busy
-            error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
-                              sessions[key], restart)
+            meter = LoadMeter().start()  # probes the host's speed first: nothing of ours is busy yet
+            try:
+                error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
+                                  sessions[key], restart)
+            finally:
+                window = meter.stop()
+                run.host_probe_ms.append(window.probe_ms)
+                run.load.append(window.to_dict())
             run.order.append(key)
             if error:
                 run.errors.append(error)
@@ -318,6 +325,8 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         + (f"; {run.stopped}" if run.stopped else ""))
     if note := host_speed_note(run.host_probe_ms):
         report.notes.append(note)
+    if busy := load_note(run.load):
+        report.notes.append(busy)
     if run.interrupted:
         report.errors.append(f"{run.interrupted} after {run.rounds_done} complete rounds: a partial report "
                              "(the verdicts are those of the rounds done)")

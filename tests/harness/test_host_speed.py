@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from harness.hostload import HOST_SPEED_RATIO, host_speed_note, speed_probe
+from harness.hostload import HOST_SPEED_RATIO, host_speed_note, load_note, speed_probe
 
 
 def test_the_probe_times_real_work_in_milliseconds() -> None:
@@ -26,3 +26,16 @@ def test_a_steady_host_gets_no_note_and_a_varying_one_gets_its_range() -> None:
 def test_too_few_probes_or_broken_ones_say_nothing() -> None:
     assert host_speed_note([3.0, 6.0, 3.0]) == ""  # three starts cannot tell a trend from a tick
     assert host_speed_note([5.0, 5.1, 0.0, math.nan, 5.2, 5.0]) == ""
+
+
+def test_a_comparison_whose_turns_were_contended_says_so() -> None:
+    """`search ab`/`regress` keep each turn's load window; over a quarter contended gives the note
+    (the confirmation's rule for withholding), a quarter or fewer none."""
+    quiet = {"wall_s": 4.0, "foreign_cores": 0.05, "cores": 2, "contended": False, "gpu_foreign_pids": []}
+    busy = {**quiet, "foreign_cores": 0.93, "contended": True}
+    assert load_note([quiet] * 6) == "" and load_note([]) == ""
+    assert load_note([busy, quiet, quiet, quiet]) == ""  # one in four
+    note = load_note([busy, quiet, {**busy, "foreign_cores": 1.4}, quiet])
+    assert "not quiet in 2 of 4 turns" in note and "up to 1.40 of the 2 cores" in note and "quiet machine" in note
+    gpu = {**quiet, "contended": True, "gpu_foreign_pids": [4242]}
+    assert "other processes were on the GPU (4242)" in load_note([gpu, gpu])

@@ -72,6 +72,10 @@ def test_aa_is_not_a_regression_and_a_claim_on_it_is_contradicted(tmp_path: Path
     # The host's speed was probed before every start (what says so when another tenant slowed it).
     probes = report["run"]["host_probe_ms"]
     assert len(probes) == 6 and all(0 < p < 1000 for p in probes), probes
+    # And each turn's load on the cores the server ran on (what says so when another program took them).
+    load = report["run"]["load"]
+    assert len(load) == 6 and all(w["cores"] >= 1 and w["own_cores"] > 0 and w["wall_s"] > 0 for w in load), load
+    assert [w["probe_ms"] for w in load] == probes
     # Same config on both sides: a claimed +24% is never confirmed (contradicted when the machine is
     # quiet enough, undecided when it is not), and the logs say the same path ran.
     assert report["claims"][0]["verdict"] in ("contradicted", "undecided")
