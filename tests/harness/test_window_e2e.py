@@ -79,19 +79,24 @@ def test_a_reused_server_never_sees_an_earlier_measurements_prompts(llama_sessio
         assert_window_and_no_position_effect(measured.workloads["two"], 48, 2, runs=2)
 
 
-# On the shared vLLM-CPU server (the "vllm" group of the parallel part): a serial test of its own cost the
-# serial part a second vLLM-CPU start (41 s of the 248 s serial part on 2026-11-28). How much two eager vLLM-CPU
-# streams overlap depends on the CPU another test takes: the first stream decodes alone while the second's
-# prompt is prefilled (about 17 tokens' worth), so at 32 tokens beside another test the window was 48% of the
-# decode time, under the product's 50% floor; at 96 tokens the same prefill leaves about 80%.
+# Alone (after the two workers): how much two eager vLLM-CPU streams overlap depends on the CPU another
+# test takes (48% of the decode time beside one at 32 tokens, under the product's 50% floor). Moved into the
+# parallel part for one session (80 tokens, 2 runs on the shared server), the serial 10% slowdown test that then
+# ran first after the workers failed in two of three fresh-clone runs (in one, its first start measured 53 tok/s
+# against 70-71; it never failed in six with this test before it); scripts/wait_calm.py now also waits for calm.
+@pytest.mark.serial
 def test_vllm_window_at_two_streams(vllm_session: tuple[Session, RunRequest]) -> None:
     # On the session's shared server, which earlier tests measured with the same items.
     session, request = vllm_session
-    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=96)],
-                           MeasureSettings(repeats=2, request_timeout_s=120))
+    # Two streams: eager vLLM-CPU prefills each arriving prompt while the others wait (9 s at four).
+    # The first stream waits about 3 s for the second prompt's prefill; at 32 tokens a run beside
+    # another test left a window of 48% of the decode time (the product's own check says "ask for
+    # more tokens"), so 64 tokens, and 3 runs (the position effect is the llama-server test's).
+    measured = session.run(request, [WorkloadSpec("two", ("qa", "code"), max_tokens=64)],
+                           MeasureSettings(repeats=3, request_timeout_s=120))
     # The product's own coverage check (window_problems, asserted empty) is the guard, this bound a
     # sanity check.
-    assert_window_and_no_position_effect(measured.workloads["two"], 96, 2, runs=2, coverage=0.6)
+    assert_window_and_no_position_effect(measured.workloads["two"], 64, 2, runs=3, coverage=0.6)
 
 
 def test_an_engine_that_stops_at_end_of_sequence_says_its_window_is_short(tmp_path: Path) -> None:
