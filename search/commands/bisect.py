@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
-from harness.hostload import host_speed_note
+from harness.hostload import host_speed_note, load_note
 from harness.session import MeasureSettings
 from search.ab import run_interleaved, subject_from
 from search.baseline import parse_assignments
@@ -78,6 +78,7 @@ class Probe:
     fingerprint_a: dict[str, Any] = field(default_factory=dict)
     fingerprint_b: dict[str, Any] = field(default_factory=dict)
     host_probe_ms: list[float] = field(default_factory=list)  # harness.hostload.speed_probe before each start
+    load: list[dict[str, Any]] = field(default_factory=list)  # each start's load window (search/ab.py ABRun.load)
 
 
 @dataclass
@@ -198,6 +199,7 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     probe.runs_a += run.a.runs.get(metric, [])[:done]
     probe.runs_b += run.b.runs.get(metric, [])[:done]
     probe.host_probe_ms += run.host_probe_ms
+    probe.load += run.load
     probe.rounds += done
     if run.interrupted:
         probe.note = f"{run.interrupted} during round {done + 1}: {probe.rounds} rounds kept"
@@ -234,8 +236,9 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
     if probe.verdict == "not regressed":
         probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
                       "alone could not call it unchanged")
-    if host := host_speed_note(probe.host_probe_ms):
-        probe.note = f"{probe.note}; {host}" if probe.note else host
+    for host in (host_speed_note(probe.host_probe_ms), load_note(probe.load)):
+        if host:
+            probe.note = f"{probe.note}; {host}" if probe.note else host
     probe.change_pct = v.change_pct
     probe.ci_low_pct, probe.ci_high_pct = 100 * (v.ci_low - 1), 100 * (v.ci_high - 1)
     probe.final = probe.verdict != "inconclusive" or probe.rounds >= max_rounds

@@ -61,6 +61,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     assert -90 < first["change_pct"] < -30 and first["rounds"] == 5
     assert first["fingerprint_b"]["build"]["label"] == "b3-throttled"
     assert len(first["host_probe_ms"]) == 10 and all(p > 0 for p in first["host_probe_ms"])  # before each turn
+    assert len(first["load"]) == 10 and all(w["own_cores"] > 0 for w in first["load"])  # each turn's load window
     text = (out / "bisect.md").read_text()
     if answer["outcome"] == "found":
         assert answer["first_bad"] == 2 and code == 1
