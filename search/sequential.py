@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from harness.stats import clopper_pearson, variance_components
 from search.gate import (
@@ -64,6 +63,7 @@ def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA,
     """Nominal two-sided p threshold for looks at these starts-per-side counts, with an overall
     false-alarm probability alpha under no change (Monte Carlo, seeded: the same plan always gets
     the same threshold)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     looks = tuple(sorted(set(n for n in looks if n >= 2)))
     if len(looks) <= 1:
         return alpha
@@ -92,6 +92,7 @@ def _stored_boundaries() -> dict[str, float]:
 
 
 def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     rng = np.random.default_rng(seed)
     d = rng.standard_normal((sims, looks[-1]))
     min_p = np.ones(sims)
@@ -132,6 +133,7 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
 
     ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
     smallest change this many rounds detect with `power` at the measured spread of differences."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     direction = direction or metric_direction(metric)
     pairs = paired_logs(runs_a, runs_b)
     n = len(pairs)
@@ -187,6 +189,7 @@ def _components(la: list[float], lb: list[float], runs_a: Sequence[Sequence[floa
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, p_threshold: float = DEFAULT_ALPHA,
                   power: float = DEFAULT_POWER) -> int | None:
     """Rounds for `power` against a change of min_effect at this spread of within-round differences."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     if not math.isfinite(sd_diff):
         return None
     z = float(special.ndtri(1 - p_threshold / 2) + special.ndtri(power))
@@ -218,6 +221,7 @@ def compare_starts(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     ratio: geometric mean of B's starts over A's; the interval and the test use the boundary of
     the look plan `looks` (starts per side at each look; None: this single look). n_a / n_b and
     samples_a / samples_b are starts (each start's geometric-mean value)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     direction = direction or metric_direction(metric)
     la, lb = start_values(runs_a), start_values(runs_b)
     n_a, n_b = len(la), len(lb)
@@ -271,6 +275,7 @@ def starts_needed(sd_start: float, min_effect: float = DEFAULT_MIN_EFFECT, p_thr
                   power: float = DEFAULT_POWER) -> int | None:
     """Starts per side for `power` against a change of min_effect, at this start-to-start spread
     (normal approximation at the threshold; the t test needs a little more at small counts)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
     if not math.isfinite(sd_start):
         return None
     z = float(special.ndtri(1 - p_threshold / 2) + special.ndtri(power))

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 LENGTHS = (0.15, 0.3, 0.6, 1.2)  # kernel length scales tried (fraction of params that differ)
 
@@ -113,6 +112,7 @@ class GPModel:
     sign: float
 
     def predict(self, candidates: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        from scipy.linalg import solve_triangular  # lazily: scipy costs every CLI start ~0.25 s
         if not candidates:
             return np.zeros(0), np.zeros(0)
         additive, local, length = self.hyper
@@ -134,6 +134,7 @@ def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], 
     """Kernel weights, length and noise by marginal likelihood over a small grid; the noise is
     centred on `learned_noise` (the study's repeats) with a penalty as strong as their count.
     None without a usable observation."""
+    from scipy.linalg import cho_factor, cho_solve  # lazily: scipy costs every CLI start ~0.25 s
     observed = [o for o in observed if o.usable]
     if not observed:
         return None
