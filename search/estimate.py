@@ -254,12 +254,16 @@ class Estimator:
         measure = self._mean({e: c.measure.seconds for e, c in costs.items()})
         extra_warmups = max(0, m.max_warmups - 1) if m.warmup else 0
         fail, hang, source = self._failure_rates()
+        confirm = self.space.m.confirm
+        # One trial is the default alone: nothing to confirm, and without a control nothing is started.
+        nothing = trials <= 1 and not confirm.controls
         return StudyCost(
             trials=trials, trials_s=trials * trial,
             warmup_extra_s=trials * measure * extra_warmups / passes,
             fail_rate=fail, fail_source=source, failed_saving_s=trials * fail * (trial - start),
             hang_rate=hang, hung_extra_s=trials * hang * max(0.0, timeout - start),
-            confirm_s=self.confirmation_s(), arms=1 + self.space.m.confirm.top_k + len(self.space.m.confirm.controls))
+            confirm_s=(0.0, 0.0) if nothing else self.confirmation_s(),
+            arms=0 if nothing else 1 + confirm.top_k + len(confirm.controls))
 
     def lines(self, trials: int) -> list[str]:
         """The estimate as text: per engine, then the study as a range."""
@@ -284,6 +288,8 @@ class Estimator:
                        f"{max(MIN_CONFIRM_ROUNDS, self.space.m.confirm.max_rounds)} rounds of fresh starts: "
                        f"{c.confirm_s[0] / h:.1f}-{c.confirm_s[1] / h:.1f} h")
         else:
-            out.append(f"#   confirmation: none ({'confirm.top_k is 0' if self.confirm else '--no-confirm'})")
+            why = ("--no-confirm" if not self.confirm else "confirm.top_k is 0" if not self.space.m.confirm.top_k
+                   else "one trial is the default alone: nothing to confirm")
+            out.append(f"#   confirmation: none ({why})")
         out.append(f"# total: {c.low_s / h:.1f}-{c.high_s / h:.1f} h")
         return out

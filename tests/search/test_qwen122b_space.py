@@ -145,6 +145,9 @@ def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_start
     assert est.needed_s("atlas") == est.trial_s("atlas") and est.study(16).confirm_s == (0.0, 0.0)
     assert "#   confirmation: none (--no-confirm)" in est.lines(16)
     est.confirm = True
+    # One trial is the default alone: nothing to confirm, so no start is priced for it (no control here).
+    assert not space.m.confirm.controls and est.study(1).confirm_s == (0.0, 0.0) and est.study(1).arms == 0
+    assert "#   confirmation: none (one trial is the default alone: nothing to confirm)" in est.lines(1)
     for n, failure in enumerate([None, None, Failure("oom", "x"), Failure("timeout", "never ready"),
                                  Failure("memory_held", "not the config"), Failure("wont_fit", "before launch")]):
         est.observe(TrialRecord(number=n, state=TrialState.FAILED if failure else TrialState.COMPLETE, params={},
