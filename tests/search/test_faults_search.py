@@ -52,7 +52,8 @@ def space_doc(name: str = "faults", trials: int = 3, max_tokens: int = 64, timeo
             "command": [str(binary)],
             "env": dict(extra_env or {}),
             # Decode at -t 1: the suite runs two tests at once on two cores, and llama-server at -t 2 beside
-            # another busy process took 42 s for three 64-token answers that -t 1 gave in 5 s (2026-11-28).
+            # another busy process took 5-7 s for three 64-token answers that -t 1 gave in 3 s, and 42 s against
+            # 5 s under a heavier load (2026-11-28, docs/measurement.md).
             # The searched thread count is the prompt's (-tb), which costs one step per answer.
             "args": {"ctx_size": 1024, "parallel": 1, "threads": 1},
             "ready_timeout_s": 60,

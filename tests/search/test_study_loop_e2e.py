@@ -30,9 +30,9 @@ def study_doc(name: str, trials: int, **extra: Any) -> dict[str, Any]:
     """The test space (tests.conftest.llama_space_doc) with one slot, three params, two measured
     runs of 48 tokens, a budget of `trials` and confirmation of the top 2."""
     doc = llama_space_doc(
-        # Decode at -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then (42 s
-        # for what -t 1 did in 5 s beside a busy process, docs/measurement.md); the searched thread
-        # count is the prompt's (-tb), one step an answer.
+        # Decode at -t 1: the suite runs two tests at once on two cores, and -t 2 crawls then (2x to 8x
+        # slower than -t 1 beside a busy process, docs/measurement.md); the searched thread count is the
+        # prompt's (-tb), one step an answer.
         engine_args={"ctx_size": 1024, "parallel": 1, "threads": 1},
         name=name,
         params={
