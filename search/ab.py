@@ -125,14 +125,17 @@ class ABRun:
     looks: list[int] = field(default_factory=list)  # the sequential plan: starts per side at each look
     stopped: str = ""  # why a sequential run ended before its cap
     interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
-    host_probe_ms: list[float] = field(default_factory=list)  # harness.hostload.speed_probe before each turn
     load: list[dict[str, Any]] = field(default_factory=list)  # each turn's LoadWindow.to_dict()
+
+    @property
+    def host_probe_ms(self) -> list[float]:
+        """harness.hostload.speed_probe before each turn (its load window opens with it)."""
+        return [float(w["probe_ms"]) for w in self.load]
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
                 "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped,
-                "interrupted": self.interrupted, "host_probe_ms": [round(p, 3) for p in self.host_probe_ms],
-                "load": self.load}
+                "interrupted": self.interrupted, "host_probe_ms": self.host_probe_ms, "load": self.load}
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -203,9 +206,7 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
                 error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
                                   sessions[key], restart)
             finally:
-                window = meter.stop()
-                run.host_probe_ms.append(window.probe_ms)
-                run.load.append(window.to_dict())
+                run.load.append(meter.stop().to_dict())
             run.order.append(key)
             if error:
                 run.errors.append(error)

@@ -93,9 +93,10 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     round-robin, until every comparison is settled or max_rounds."""
     objective = space.m.objectives[0]
     if not tops and not space.m.confirm.controls:  # no claim and no power check: every start would be wasted
+        answer, _ = _answer([], {}, False, objective.direction)
         return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
-                            rounds=0, wall_s=0.0, arms=[], verdicts={}, load=[], contended=False,
-                            answer="nothing to confirm: no feasible config besides the default", winner=None)
+                            rounds=0, wall_s=0.0, arms=[], verdicts={}, load=[], contended=False, answer=answer,
+                            winner=None)
     arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params),
                 key=str(r.number)) for r in [default, *tops]]
     arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **{k: v for k, v in overrides.items()
