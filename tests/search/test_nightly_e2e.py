@@ -1,6 +1,6 @@
 """The nightly workflow's own shell steps, run here with bash against the real llama-server (no GitHub
 runner): A/A passes and promotes, the same build again is "nothing new", a candidate that fails to start
-fails the job, an unsettled gate takes rounds up to the cap and then fails, unpromoted, and a real -20%
+fails the job, an unsettled gate takes rounds up to the cap and then fails, unpromoted, and a real -40%
 candidate fails with its report. Each result lands in the history, which the workflow's drift step reads.
 
 The regression is harness/throttle.py 0.4 --stretch in front of the candidate server (-40% throughput whatever
