@@ -6,6 +6,7 @@
 # builds llama-server with CUDA (or reuses a carried .gpu/bin/llama-server from an earlier build),
 # writes a random 1.1B f16 GGUF meanwhile, measures copy bandwidth, then by MODE:
 #   search      (default) a real `search run` over bench/gpu/llamacpp-h100.yaml in the time left
+#   setup       nothing measured: the build and the models only (later calls of a warm machine reuse them)
 #   table       the ground-truth table (python -m bench.ground_truth run bench/tables/gpu-llamacpp.yaml),
 #               resumable
 #   calib       repetitions of `search ab` for pairs of configs (python -m bench.calibrate measure
@@ -63,6 +64,7 @@ resume() {  # the longest copy of CSV $1 (carried, or kept by a warm machine) in
 }
 for mode in ${MODE:-search}; do  # several modes in one call: MODE="table calib"
 case "$mode" in
+  setup) ;;
   table)
     CSV="${CSV:-gpu_llamacpp.csv}"
     resume "$CSV"
