@@ -50,7 +50,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     # --keep-servers: both sides live, runs alternating; on a machine loaded by other work the spread
     # between server starts is far larger than between alternating runs, and an A/A probe of fresh
     # starts was seen called "regressed" (-48%) under a load average of 10.
-    argv = ["bisect", str(space), "--builds", str(tmp_path / "builds.yaml"), "--metric", "single.output_tok_s",
+    argv = ["bisect", str(space), "--builds", str(tmp_path / "builds.yaml"), "--metric", "single.decode_tok_s",
             "--keep-servers", "--alpha", "0.05", "--rounds", "5", "--max-rounds", "5", "--min-effect", "0.2",
             "--out", str(out), "--quiet"]
     code = main(argv)

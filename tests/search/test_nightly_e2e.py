@@ -90,7 +90,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     assert code == 0 and result["outcome"] == "pass" and "nightly passed" in out, out[-3000:]
     promoted = load_baseline(work / "reports" / "promoted" / "nightly-e2e.json")
     assert promoted.source["kind"] == "nightly" and promoted.source["build"] == f"command:{server}"
-    assert promoted.source["chain_length"] == 1 and set(promoted.source["chain_ratio"]) == {"single.output_tok_s"}
+    assert promoted.source["chain_length"] == 1 and set(promoted.source["chain_ratio"]) == {"single.decode_tok_s"}
     assert promoted.fingerprint["build"]["executable_sha256"] and promoted.gate == saved.gate
     assert "- nightly-e2e: PASS" in (work / "summary.md").read_text()
 
@@ -121,15 +121,15 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
                                 NIGHTLY_ARGS=f"{keep} --min-effect 0.1 --workload single")
     result = night["results"][0]
     report = json.loads((work / "reports" / "nightly-e2e" / "report.json").read_text())
-    v = next(v for v in report["verdicts"] if v["metric"] == "single.output_tok_s")
+    v = next(v for v in report["verdicts"] if v["metric"] == "single.decode_tok_s")
     assert code == 1 and result["outcome"] == "regression" and v["verdict"] == "regressed", (v, out[-3000:])
     assert -60 < v["change_pct"] < -25 and "::error::a baseline regressed" in out
     assert "REGRESSION" in (work / "summary.md").read_text()
 
     # Every measured night is in the history, which the drift step reads (too few runs to flag here).
-    tok = [r for r in history.load("nightly-e2e") if r["metric"] == "single.output_tok_s"]
+    tok = [r for r in history.load("nightly-e2e") if r["metric"] == "single.decode_tok_s"]
     assert [r["source"] for r in tok] == ["nightly"] * 4
     assert tok[0]["outcome"] == "pass" and tok[-1]["verdict"] == "regressed"
     code, out, _ = run_step(work, DRIFT)
     shown = (work / "reports" / "history.txt").read_text()
-    assert code == 0 and shown.count("single.output_tok_s") == 4 and "regressed" in shown, out
+    assert code == 0 and shown.count("single.decode_tok_s") == 4 and "regressed" in shown, out
