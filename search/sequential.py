@@ -34,6 +34,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -160,10 +161,11 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     mde = math.expm1((t_crit + float(special.stdtrit(n - 1, power))) * se)
     need = rounds_needed(sd, min_effect, p_star, power)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
-    note = (f"{n} rounds paired x {_runs_per_start(runs_a, runs_b):.2g} runs; {_components(la, lb, runs_a, runs_b)}; "
+    spread = paired_spread(la, lb, runs_a, runs_b)
+    note = (f"{n} rounds paired x {spread.runs:.2g} runs; {spread.describe()}; "
             f"threshold p < {p_star:.3g}" + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
     if verdict == "inconclusive" and need is not None and need > n:
-        note += f"; about {need} rounds would settle a {100 * min_effect:.0f}% change at this noise"
+        note += f"; about {need} rounds would settle a {100 * min_effect:.0f}% change at this noise; {spread.advice()}"
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
 
@@ -173,17 +175,48 @@ def _runs_per_start(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence
     return sum(counts) / len(counts) if counts else 0.0
 
 
-def _components(la: list[float], lb: list[float], runs_a: Sequence[Sequence[float]],
-                runs_b: Sequence[Sequence[float]]) -> str:
-    """The spread in words: shared by a round (removed by pairing), per start, run to run."""
+@dataclass(frozen=True)
+class PairedSpread:
+    """The spread of a paired comparison on the log scale: what a round shares between the sides
+    (removed by pairing), what each start adds (per start, the runs' share in it) and run to run."""
+
+    shared: float
+    per_start: float
+    within: float
+    runs: float  # runs per start
+
+    @property
+    def between(self) -> float:
+        """What the starts add beyond their runs' spread: the part more runs per start cannot average."""
+        if not (math.isfinite(self.per_start) and math.isfinite(self.within)) or self.runs <= 0:
+            return math.nan
+        return math.sqrt(max(0.0, self.per_start ** 2 - self.within ** 2 / self.runs))
+
+    def describe(self) -> str:
+        return (f"spread shared by a round {_pct(self.shared)} (removed by pairing), per start "
+                f"{_pct(self.per_start)}, run to run {_pct(self.within)}")
+
+    def advice(self) -> str:
+        """Which lever narrows the interval: more runs per start only while the runs' spread is most of a
+        start's (a small model on a fast GPU, docs/measurement.md, is the other case: its starts differ)."""
+        if not math.isfinite(self.between):
+            return "more rounds narrow it"
+        if self.within ** 2 / self.runs > self.between ** 2:
+            return ("most of a start's spread here is run to run: more runs per start (--repeats) or longer outputs "
+                    "may narrow it, down to the starts' own spread, which this run noise hides")
+        return (f"the starts themselves differ ({_pct(self.between)} beyond their runs): more runs per start or longer "
+                "outputs will not narrow it, more rounds will")
+
+
+def paired_spread(la: list[float], lb: list[float], runs_a: Sequence[Sequence[float]],
+                  runs_b: Sequence[Sequence[float]]) -> PairedSpread:
     a, b = np.array(la), np.array(lb)
     var_diff = float(np.var(b - a, ddof=1)) if a.size > 1 else math.nan
     var_sum = float(np.var(b + a, ddof=1)) if a.size > 1 else math.nan
     shared = math.sqrt(max(0.0, (var_sum - var_diff) / 4)) if math.isfinite(var_sum) else math.nan
     per_start = math.sqrt(var_diff / 2) if math.isfinite(var_diff) else math.nan
     within = _pool(variance_components(runs_a).sd_within, variance_components(runs_b).sd_within)
-    return (f"spread shared by a round {_pct(shared)} (removed by pairing), per start {_pct(per_start)}, "
-            f"run to run {_pct(within)}")
+    return PairedSpread(shared, per_start, within, _runs_per_start(runs_a, runs_b))
 
 
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, p_threshold: float = DEFAULT_ALPHA,

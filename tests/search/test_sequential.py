@@ -182,3 +182,18 @@ def test_a_paired_verdict_states_its_level_and_what_it_could_see() -> None:
     assert "shared by a round" in v.note and "removed by pairing" in v.note
     five = compare_paired(METRIC, *drifting_rounds(rng, 6, 0.9, shared=0.05, per_start=0.005))
     assert five.verdict == "regressed" and five.sensitivity() == ""
+
+
+def test_an_unsettled_verdict_names_the_lever_that_narrows_it() -> None:
+    """More runs per start can help only while a start's spread is its runs'; where the starts themselves differ
+    (a small model on a fast GPU: 2% per start whatever the window, docs/measurement.md), only rounds do. On
+    that GPU the 256-token runs' 4.8% spread hid the starts' 2% (bench/data/gpu_noise_1b_*.json), hence "may"."""
+    means_a, means_b = [100, 104, 97, 102, 99, 103], [101, 97, 104, 98, 103, 99]
+    noisy_runs = compare_paired(METRIC, [[m * 0.8, m, m * 1.2] for m in means_a],
+                                [[m * 0.8, m, m * 1.2] for m in means_b])
+    assert noisy_runs.verdict == "inconclusive" and "rounds would settle" in noisy_runs.note
+    assert "more runs per start (--repeats) or longer outputs may narrow it" in noisy_runs.note
+    differing_starts = compare_paired(METRIC, [[m * 0.999, m, m * 1.001] for m in means_a],
+                                      [[m * 0.999, m, m * 1.001] for m in means_b])
+    assert differing_starts.verdict == "inconclusive"
+    assert "the starts themselves differ" in differing_starts.note and "more rounds will" in differing_starts.note
