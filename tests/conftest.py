@@ -205,6 +205,13 @@ def docker_client() -> Iterator[docker.DockerClient]:
     finally:
         c.close()
 
+def worker_cpu() -> str:
+    """This test worker's own CPU (gw0 -> 0, gw1 -> 1, ...; one process without xdist -> 0)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return str(sorted(os.sched_getaffinity(0))[index % len(os.sched_getaffinity(0))])
+
+
 def tiny_llama_space(tmp: Path, repeats: int = 3, warmup: bool = True) -> Path:
     """One stream, 16 output tokens, three measured runs after one warmup, no quality suite: seconds per round.
     A test whose sides differ by far more than a run's spread takes fewer runs (`repeats`, `warmup`)."""
@@ -212,9 +219,13 @@ def tiny_llama_space(tmp: Path, repeats: int = 3, warmup: bool = True) -> Path:
     model = require(flagsearch_home.smollm2_gguf(), "the SmolLM2 GGUF")
     doc: dict[str, Any] = {
         "name": "bisect-e2e",
+        # Pinned to one CPU per test worker: the kept servers of an A/B (--keep-servers) then share
+        # it, and with it whatever speed the host gives that CPU. Unpinned, the two sides' servers could
+        # sit on different vCPUs of a VM whose speed varies per vCPU for seconds at a time (2026-11-28: a
+        # fixed loop 3.8-6.9 ms), and one CI run called a bisect A/A probe "regressed" at -22%.
         "engines": {"llamacpp": {"dialect": "llamacpp", "command": [str(server)],
                                  "args": {"ctx_size": 1024, "parallel": 1, "threads": 1},
-                                 "ready_timeout_s": 60}},
+                                 "cpus": worker_cpu(), "ready_timeout_s": 60}},
         "models": [{"name": "smollm2-135m-q4_1", "path": str(model), "format": "gguf-q4_1"}],
         "params": {},
         "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 16}],

@@ -63,4 +63,6 @@ def test_ab_of_a_pull_request_ref_builds_both_sides_and_records_the_commits(
     assert "long" not in measured | judged and "single" in judged, (measured, judged)  # (and startup.*)
     # Each side ran its own build's launcher, which started the real llama-server.
     assert "/builds/pip-fakeengine-" in run["b"]["command"] and server in run["b"]["command"]
-    assert run["a"]["command"].split()[0] != run["b"]["command"].split()[0]
+    launcher = [run[side]["command"].removeprefix(f"taskset -c {cpu} ").split()[0] for side in ("a", "b")
+                for cpu in [doc["engines"]["llamacpp"]["cpus"]]]
+    assert launcher[0] != launcher[1], launcher
