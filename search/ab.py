@@ -326,12 +326,27 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         + (f"; {run.stopped}" if run.stopped else ""))
     if note := host_speed_note(run.host_probe_ms):
         report.notes.append(note)
+        if kept_unpinned(run):
+            report.notes.append(KEPT_UNPINNED)
     if busy := load_note(run.load):
         report.notes.append(busy)
     if run.interrupted:
         report.errors.append(f"{run.interrupted} after {run.rounds_done} complete rounds: a partial report "
                              "(the verdicts are those of the rounds done)")
     return report
+
+
+KEPT_UNPINNED = ("both servers were kept running, not pinned, while the host's speed varied: each may have sat on "
+                 "a differently slowed CPU for the whole run, an offset that pairing by round cannot remove (one "
+                 "A/A probe read -22% so); give both sides the same CPUs (engine option cpus) or start them fresh "
+                 "each round")
+
+
+def kept_unpinned(run: ABRun) -> bool:
+    """Both sides ran on one server start each over several rounds (--keep-servers), neither pinned to CPUs."""
+    starts = [len(side.samples.get("startup.ready_s", [])) for side in (run.a, run.b)]
+    pinned = any(side.fingerprint.get("cpus") for side in (run.a, run.b))
+    return run.rounds_done >= 2 and max(starts) <= 1 and not pinned
 
 
 def family(run: ABRun, gated: list[str]) -> list[str]:

@@ -153,3 +153,27 @@ def test_regress_headlines() -> None:
     reproduced.claims.append(judge_claim(parse_claim("+30% tok/s"), reproduced.verdicts[0]))
     assert reproduced.exit_code() == EXIT_PASS
     assert "CLAIM REPRODUCED** (exit 0)" in reproduced.markdown().splitlines()[0]
+
+
+# ---- kept servers on a host whose speed varies -----------------------------------------------------
+
+def test_kept_unpinned_servers_on_a_varying_host_are_named_and_pinned_or_fresh_ones_are_not() -> None:
+    """One CI run's A/A bisect probe of kept, unpinned llama-servers read -22% while the host's speed
+    probe varied 1.74x: the report says why that can happen and what to do. Fresh starts each round, or
+    both sides pinned (fingerprint `cpus`), get no such note; nor does a steady host."""
+    varying = [{"probe_ms": p, "wall_s": 2.0, "foreign_cores": 0.0, "cores": 2, "contended": False}
+               for p in (3.8, 6.7, 4.1, 6.5, 3.9, 6.6)]
+
+    def run(starts: int, cpus: str | None, load: list[dict[str, object]]) -> ABRun:
+        sides = [SideResult(label, fingerprint={**FINGERPRINT, "cpus": cpus},
+                            samples={"single.output_tok_s": noisy(70, 0.05, 3, seed),
+                                     "startup.ready_s": [0.4] * starts})
+                 for label, seed in (("A", 1), ("B", 2))]
+        return ABRun(sides[0], sides[1], rounds_done=3, order=["A", "B", "B", "A", "A", "B"], load=load)
+
+    kept = report_from_run(run(1, None, varying), "ab", ["single.output_tok_s"])
+    assert any("kept running, not pinned" in n and "engine option cpus" in n for n in kept.notes), kept.notes
+    for quiet in (run(3, None, varying), run(1, "0", varying),
+                  run(1, None, [{**w, "probe_ms": 4.0} for w in varying])):
+        notes = report_from_run(quiet, "ab", ["single.output_tok_s"]).notes
+        assert not any("kept running" in n for n in notes), notes
