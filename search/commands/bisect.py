@@ -36,7 +36,7 @@ from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_bui
 from harness.files import load_yaml
 from harness.hostload import host_speed_note, load_note
 from harness.session import MeasureSettings
-from search.ab import run_interleaved, subject_from
+from search.ab import KEPT_UNPINNED, run_interleaved, subject_from
 from search.baseline import parse_assignments
 from search.commands.regress import Source, _progress, resolve_source
 from search.gate import (
@@ -213,7 +213,8 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
             probe.note = (f"the known-good build {good.spec.name} failed to start ({run.a.failure.get('cause')}: "
                           f"{run.a.failure.get('line')}); nothing is known about {probed.spec.name}")[:500]
         return probe
-    return judge_probe(probe, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds)
+    return judge_probe(probe, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds,
+                       kept=args.keep_servers)
 
 
 def probe_looks(rounds: int, max_rounds: int) -> tuple[int, ...]:
@@ -223,7 +224,7 @@ def probe_looks(rounds: int, max_rounds: int) -> tuple[int, ...]:
 
 
 def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_rounds: int,
-                rounds: int | None = None) -> Probe:
+                rounds: int | None = None, kept: bool = False) -> Probe:
     """The probe's verdict from its samples (also re-run on resume, so that a state written by an
     older rule is judged by the current one). Paired by round with the probe's looks in the
     boundary; a state from before runs were kept per round is judged unpaired on its samples."""
@@ -236,7 +237,9 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
     if probe.verdict == "not regressed":
         probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
                       "alone could not call it unchanged")
-    for host in (host_speed_note(probe.host_probe_ms), load_note(probe.load)):
+    speed = host_speed_note(probe.host_probe_ms)
+    pinned = probe.fingerprint_a.get("cpus") or probe.fingerprint_b.get("cpus")
+    for host in (speed, KEPT_UNPINNED if speed and kept and not pinned else "", load_note(probe.load)):
         if host:
             probe.note = f"{probe.note}; {host}" if probe.note else host
     probe.change_pct = v.change_pct
@@ -284,7 +287,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         probes = [Probe(**p) for p in state.get("probes", [])]
         for p in probes:
             if p.verdict != "error" and p.samples_a and p.samples_b:
-                judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds)
+                judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds,
+                            kept=args.keep_servers)
         err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
     show = _progress(args.quiet)
     builds: dict[int, Build] = {}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from search.commands.bisect import Probe, Step, bisect_verdict, next_step
+from search.commands.bisect import Probe, Step, bisect_verdict, judge_probe, next_step
 from search.gate import compare
 
 
@@ -114,3 +114,18 @@ def test_one_sided_verdict_clears_a_probe_that_cannot_have_regressed() -> None:
     v = compare("four_streams.ttft_p50_s", lat_a, [x * 0.7 for x in lat_a[:3]] + [x * 1.05 for x in lat_a[3:]],
                 min_effect=0.2)
     assert bisect_verdict(v) in ("not regressed", "improved", "unchanged")
+
+
+def test_a_probe_of_kept_unpinned_servers_on_a_varying_host_says_so() -> None:
+    """The CI run's A/A probe (kept, unpinned, the host's speed probe 3.8-6.7 ms) read -22%: its note names
+    that cause; a pinned probe (fingerprint cpus) or one of fresh starts does not get it."""
+    def probe(cpus: str | None) -> Probe:
+        runs_a = [[70.0, 71.0], [69.0, 70.5], [70.2, 69.8], [71.0, 70.0], [69.5, 70.4]]
+        return Probe(good=0, build=1, rounds=5, runs_a=runs_a, runs_b=[[v * 0.78 for v in r] for r in runs_a],
+                     samples_a=[70.0] * 5, samples_b=[55.0] * 5, fingerprint_a={"cpus": cpus},
+                     fingerprint_b={"cpus": cpus}, host_probe_ms=[3.8, 6.7, 4.1, 6.5, 3.9, 6.6])
+    kept = judge_probe(probe(None), "single.decode_tok_s", 0.2, 0.05, 5, 5, kept=True)
+    assert "kept running, not pinned" in kept.note and "CPU speed varied" in kept.note, kept.note
+    for quiet in (judge_probe(probe("0"), "single.decode_tok_s", 0.2, 0.05, 5, 5, kept=True),
+                  judge_probe(probe(None), "single.decode_tok_s", 0.2, 0.05, 5, 5, kept=False)):
+        assert "kept running" not in quiet.note and "CPU speed varied" in quiet.note, quiet.note
