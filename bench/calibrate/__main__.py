@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--space", type=Path, default=live.DEFAULT_SPACE)
     m.add_argument("--set", action="append", help="pin a param of the space: k=v (repeatable)")
     m.add_argument("--pairs", default="A-A2,A-T10", help="comma-separated A-B pairs of arms (live.py lists them)")
-    m.add_argument("--metric", default="single.output_tok_s")
+    m.add_argument("--metric", default="single.decode_tok_s", help="the gated metric (default: the decode window)")
     m.add_argument("--reps", type=int, default=10, help="repetitions of every pair")
     m.add_argument("--cap", type=int, default=6, help="rounds cap of each repetition (search ab --rounds)")
     m.add_argument("--minutes", type=float, default=15.0, help="start no repetition after this")
