@@ -336,10 +336,10 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     return report
 
 
+# docs/regression.md ("Interleaving"): an A/A bisect probe of kept, unpinned llama-servers read -22% so.
 KEPT_UNPINNED = ("both servers were kept running, not pinned, while the host's speed varied: each may have sat on "
-                 "a differently slowed CPU for the whole run, an offset that pairing by round cannot remove (one "
-                 "A/A probe read -22% so); give both sides the same CPUs (engine option cpus) or start them fresh "
-                 "each round")
+                 "a differently slowed CPU for the whole run, an offset that pairing by round cannot remove; give "
+                 "both sides the same CPUs (engine option cpus) or start them fresh each round")
 
 
 def kept_unpinned(run: ABRun) -> bool:
