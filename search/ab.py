@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -326,8 +326,9 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         + (f"; {run.stopped}" if run.stopped else ""))
     if note := host_speed_note(run.host_probe_ms):
         report.notes.append(note)
-        if kept_unpinned(run):
-            report.notes.append(KEPT_UNPINNED)
+        kept = run.rounds_done >= 2 and all(len(s.samples.get("startup.ready_s", [])) <= 1 for s in (run.a, run.b))
+        if unpinned := kept_unpinned_note(kept, (run.a.fingerprint, run.b.fingerprint)):
+            report.notes.append(unpinned)
     if busy := load_note(run.load):
         report.notes.append(busy)
     if run.interrupted:
@@ -342,11 +343,10 @@ KEPT_UNPINNED = ("both servers were kept running, not pinned, while the host's s
                  "both sides the same CPUs (engine option cpus) or start them fresh each round")
 
 
-def kept_unpinned(run: ABRun) -> bool:
-    """Both sides ran on one server start each over several rounds (--keep-servers), neither pinned to CPUs."""
-    starts = [len(side.samples.get("startup.ready_s", [])) for side in (run.a, run.b)]
-    pinned = any(side.fingerprint.get("cpus") for side in (run.a, run.b))
-    return run.rounds_done >= 2 and max(starts) <= 1 and not pinned
+def kept_unpinned_note(kept: bool, fingerprints: Sequence[dict[str, Any]]) -> str:
+    """KEPT_UNPINNED for kept servers (one start per side over several rounds) neither of which was pinned to
+    CPUs (fingerprint `cpus`); '' otherwise. For a host whose speed varied (harness.hostload.host_speed_note)."""
+    return KEPT_UNPINNED if kept and not any(fp.get("cpus") for fp in fingerprints) else ""
 
 
 def family(run: ABRun, gated: list[str]) -> list[str]:

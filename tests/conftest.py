@@ -217,7 +217,8 @@ def worker_cpu() -> str:
     """This test worker's own CPU (gw0 -> 0, gw1 -> 1, ...; one process without xdist -> 0)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
-    return str(sorted(os.sched_getaffinity(0))[index % len(os.sched_getaffinity(0))])
+    cpus = sorted(os.sched_getaffinity(0))
+    return str(cpus[index % len(cpus)])
 
 
 def tiny_llama_space(tmp: Path, repeats: int = 3, warmup: bool = True) -> Path:

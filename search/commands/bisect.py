@@ -36,7 +36,7 @@ from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_bui
 from harness.files import load_yaml
 from harness.hostload import host_speed_note, load_note
 from harness.session import MeasureSettings
-from search.ab import KEPT_UNPINNED, run_interleaved, subject_from
+from search.ab import kept_unpinned_note, run_interleaved, subject_from
 from search.baseline import parse_assignments
 from search.commands.regress import Source, _progress, resolve_source
 from search.gate import (
@@ -238,8 +238,8 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
         probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
                       "alone could not call it unchanged")
     speed = host_speed_note(probe.host_probe_ms)
-    pinned = probe.fingerprint_a.get("cpus") or probe.fingerprint_b.get("cpus")
-    for host in (speed, KEPT_UNPINNED if speed and kept and not pinned else "", load_note(probe.load)):
+    unpinned = kept_unpinned_note(kept, (probe.fingerprint_a, probe.fingerprint_b)) if speed else ""
+    for host in (speed, unpinned, load_note(probe.load)):
         if host:
             probe.note = f"{probe.note}; {host}" if probe.note else host
     probe.change_pct = v.change_pct
