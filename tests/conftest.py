@@ -50,7 +50,11 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
             # One unpinned OpenMP thread, as llama-server's `-t 1`: vLLM's "auto" binding pins every
             # server to the same core of this 2-core machine, so two vLLM processes under pytest-xdist
             # shared one core (a failing start took 140 s instead of 30 s).
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
+            # The model runs in the engine-core process instead of a third process of its own, which
+            # imports torch and vLLM once more: ready in 18.1-18.6 s instead of 26.0-27.6 s, the same CPU
+            # time (2026-11-28, alone, two starts each; docs/engines.md).
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def require(path: Path, what: str) -> Path:
