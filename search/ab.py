@@ -104,6 +104,8 @@ class SideResult:
     warnings: list[str] = field(default_factory=list)
     placebo: list[str] = field(default_factory=list)
     log_paths: list[str] = field(default_factory=list)
+    # workload -> each measured start's warm-up and length decisions (harness.steady.SteadyState)
+    steady: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Set when the side did not start: side, round, command, cause, line (the deciding log line), log.
     failure: dict[str, Any] | None = None
 
@@ -254,6 +256,8 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
             values = [s.metrics[metric] for s in wm.counted if metric in s.metrics]
             result.runs.setdefault(f"{wname}.{metric}", []).append(values)
         result.add(f"{wname}.errors", float(wm.errors))
+        if wm.steady is not None:
+            result.steady.setdefault(wname, []).append(wm.steady.to_dict())
         result.add(f"{wname}.requests", float(sum(s.metrics.get("requests", 0.0) for s in wm.samples)))
         result.warnings.extend(f"{wname}: {w}" for w in wm.warnings if f"{wname}: {w}" not in result.warnings)
         result.placebo.extend(p for p in wm.placebo if p not in result.placebo)

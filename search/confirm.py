@@ -29,7 +29,7 @@ from typing import Any
 from harness.capacity import Slo
 from harness.failure import Cause, Failure, TrialFailed
 from harness.hostload import LoadMeter, LoadWindow, host_speed_note
-from harness.session import MeasureSettings, RunRequest, Session
+from harness.session import RunRequest, Session
 from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
@@ -168,9 +168,8 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
     metric = space.m.objectives[0].metric
     if metric.startswith("capacity."):
         return _capacity_fresh(session, space, req, metric)
-    m = space.m.measure
     specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
-    measured = session.run(req, specs, MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf)))
+    measured = session.run(req, specs, measure_settings(space, metric))
     per_point: list[list[float]] = []
     for wm in measured.workloads.values():
         values = [float(s.metrics[leaf]) for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]

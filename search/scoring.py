@@ -14,13 +14,16 @@ from search.results import TrialRecord, TrialState
 from search.space import Space, constraint_value
 
 
-def measure_settings(space: Space) -> MeasureSettings:
+def measure_settings(space: Space, metric: str | None = None, repeats: int | None = None) -> MeasureSettings:
+    """The space's `measure:` section as the harness takes it, its steady-state policy watching
+    `metric` (default: the first objective) per run. Every command that measures a space uses it,
+    so a space's warm-up, stall and length settings hold in `ab`, `regress` and `bisect` as in `run`."""
     m = space.m.measure
-    metric = space.m.objectives[0].metric
+    metric = metric or space.m.objectives[0].metric
     measured = metric.partition(".")[0].partition("@")[0] in {w.name for w in space.m.workloads}
-    # An objective that is no workload's per-run value (capacity, quality, kv) watches the default.
-    leaf = metric.rpartition(".")[2] if measured else "decode_tok_s"
-    return MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
+    # A metric that is no workload's per-run value (capacity, quality, kv, errors) watches the default.
+    leaf = metric.rpartition(".")[2] if measured and metric.rpartition(".")[2] != "errors" else "decode_tok_s"
+    return MeasureSettings(repeats or m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
 
 
 def slo_of(space: Space) -> Slo | None:

@@ -35,7 +35,6 @@ from typing import Any
 from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
 from harness.hostload import host_speed_note, load_note
-from harness.session import MeasureSettings
 from search.ab import kept_unpinned_note, run_interleaved, subject_from
 from search.baseline import parse_assignments
 from search.commands.regress import Source, _progress, resolve_source
@@ -50,6 +49,7 @@ from search.gate import (
     sorted_gain,
 )
 from search.results import read_json, write_json_atomic
+from search.scoring import measure_settings
 from search.sequential import MIN_STARTS, compare_paired
 from search.terminal import make_console
 
@@ -187,10 +187,8 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     workloads = [w for w in src.space.workload_specs(dict(a.request)) if workload is None or w.name == workload]
     logs = work / f"probe-{probe.good}-{probe.build}-r{probe.rounds + 1}"
     logs.mkdir(parents=True, exist_ok=True)
-    m = src.space.m.measure
     # The space's own measurement policy (how many warmups at most, stalls): a probe is many runs.
-    settings = MeasureSettings(repeats=args.repeats or m.repeats, warmup=m.warmup,
-                               request_timeout_s=m.request_timeout_s, policy=m.policy(metric.rsplit(".", 1)[-1]))
+    settings = measure_settings(src.space, metric, args.repeats)
     run = run_interleaved(a, b, workloads, settings, extra_rounds, logs,
                           None, restart=not args.keep_servers, progress=_progress(args.quiet))
     done = run.rounds_done  # a round cut by Ctrl-C or a failed start has one side only: left out

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.builds import build_kwargs, describe, option_build, stamp
 from harness.fingerprint import material_differences
-from harness.session import LaunchFailed, MeasureSettings
+from harness.session import LaunchFailed
 from search.ab import (
     ABRun,
     SequentialPlan,
@@ -41,6 +41,7 @@ from search.explain import explain_claim, subject_changes
 from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
 from search.gate_report import GateReport
 from search.results import ResultsError, write_json_atomic, write_text_atomic
+from search.scoring import measure_settings
 from search.space import Config, Space
 from search.terminal import make_console
 
@@ -91,11 +92,6 @@ def resolve_source(text: str, overrides: dict[str, Any]) -> Source:
     raise ValueError(f"{text!r}: not a baseline .json, a space .yaml or a study results folder")
 
 
-def _measure_settings(space: Space, repeats: int | None) -> MeasureSettings:
-    m = space.m.measure
-    return MeasureSettings(repeats=repeats or m.repeats, warmup=m.warmup, request_timeout_s=m.request_timeout_s)
-
-
 def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) -> None:
     if out is None:
         return
@@ -123,8 +119,8 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         try:
-            side = measure_alone(subject, src.space.workload_specs(dict(subject.request)),
-                                 _measure_settings(src.space, args.repeats), args.rounds, work,
+            settings = measure_settings(src.space, (args.metric or [None])[0], args.repeats)
+            side = measure_alone(subject, src.space.workload_specs(dict(subject.request)), settings, args.rounds, work,
                                  src.space.m.quality.suite, _progress(args.quiet))
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
@@ -262,7 +258,8 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
     # side), with the sequential boundary that keeps the false-alarm rate at alpha over all looks.
     plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha)
-    run = run_interleaved(a, b, workloads, _measure_settings(space, args.repeats), args.rounds, work,
+    settings = measure_settings(space, gated[0] if gated else None, args.repeats)
+    run = run_interleaved(a, b, workloads, settings, args.rounds, work,
                           space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet),
                           stop=sequential_stop(plan) if gated else None)
     return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run

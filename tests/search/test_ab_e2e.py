@@ -112,6 +112,10 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
     quality = report["quality"]
     assert quality["test"]["verdict"] == "inconclusive" and quality["test"]["lost"] == ["fact_capital_japan"], quality
     assert quality["starts_b"] >= 2 and "quality.score" not in failed
+    # The space's own measurement policy holds in `regress` as in `run`: one warm-up run per start
+    # (`max_warmups: 1`), so no start can have found two agreeing warm-ups (the default allows 3).
+    steady = report["run"]["b"]["steady"]["single"]
+    assert len(steady) == v["n_b"] and all(s["warmups"] == 1 and not s["converged"] for s in steady), steady
 
 
 @pytest.mark.serial
