@@ -40,6 +40,7 @@ from search.param_values import distribution
 from search.space import Space
 from search.space_schema import REQUEST_SIDE, FixedParam
 from search.surrogate import FailureModel, Observation, improvement_scores
+from search.trial_index import RECORD_ATTR
 
 FAILED_KEY = "failed"
 QUEUED_ATTR = "queued"  # user attr of a trial queued by the space's `queue:` (its label)
@@ -69,6 +70,14 @@ def failure_values(directions: Sequence[StudyDirection | str]) -> list[float]:
 
 def is_failed(trial: FrozenTrial) -> bool:
     return trial.constraints.get(FAILED_KEY, 0.0) > 0
+
+
+def is_reused(trial: FrozenTrial) -> bool:
+    """A trial whose config was measured before: the loop copied that result instead of starting
+    it again (search/scoring.py: copy_duplicate). It is no second measurement: a model that took it
+    for one would learn a zero spread between "repeats" and shrink its noise towards nothing."""
+    record = trial.user_attrs.get(RECORD_ATTR)
+    return isinstance(record, dict) and record.get("duplicate_of") is not None
 
 
 def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Observation:
@@ -290,7 +299,7 @@ class FlagSampler(BaseSampler):
         taken = self._taken(study, trial)
         for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False):
             key = self._key(t.params)
-            if key is not None and t.values:
+            if key is not None and t.values and not is_reused(t):
                 observed.append(observation(t, self.dists))
         if sum(o.usable for o in observed) < 2:
             return None

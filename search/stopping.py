@@ -28,7 +28,7 @@ from optuna.distributions import BaseDistribution
 from optuna.study import Study, StudyDirection
 from optuna.trial import TrialState
 
-from search.sampler import design_space, enumerate_configs, observation, probe_observations
+from search.sampler import design_space, enumerate_configs, is_reused, observation, probe_observations
 from search.space import Space
 from search.surrogate import FailureModel, Observation, detectable, expected_improvement, fit_gp
 
@@ -107,7 +107,8 @@ def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, 
             taken.add(key)
         elif t.state == TrialState.COMPLETE:
             taken.add(key)
-            observed.append(observation(t, dists))
+            if not is_reused(t):
+                observed.append(observation(t, dists))
         elif t.state == TrialState.PRUNED:  # stopped early for performance: measured, not a winner
             taken.add(key)
     observed += probe_observations(study, dists)

@@ -12,8 +12,9 @@ from optuna.trial import TrialState
 
 from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
 from search.space import Space, parse_space
-from search.stopping import study_should_stop
-from search.surrogate import Observation, likely_to_fail
+from search.stopping import study_observations, study_should_stop
+from search.surrogate import Observation, likely_to_fail, repeat_spread
+from search.trial_index import RECORD_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 ABC = {"a": [0, 1, 2], "b": ["x", "y", "z"], "c": [16, 64, 256]}
@@ -143,3 +144,29 @@ def test_configs_the_sampler_may_not_propose_are_not_untried() -> None:
     assert not study_should_stop(study, space, noise_floor=0.03).stop  # a = 2 may double it again
     decision = study_should_stop(study, space, noise_floor=0.03, allowed=lambda c: c["a"] < 2)
     assert decision.stop and "every config" in decision.reason
+
+
+def test_a_reused_result_is_no_second_measurement() -> None:
+    """A config suggested again is not started again: the loop tells the earlier result a second
+    time (search/scoring.py: copy_duplicate). The model must not read that as a repeat that agreed
+    exactly, which would shrink the noise it learns from real repeats towards nothing."""
+    space = make_space()
+    measured = configs()[:6]
+    study = study_of(space, measured, speed)
+    # A real repeat of the first config on another start, 10% apart, then three reuses of it.
+    study.enqueue_trial(measured[0])
+    trial = study.ask()
+    space.sample(trial)
+    trial.set_constraint(FAILED_KEY, 0.0)
+    study.tell(trial, speed(measured[0]) * 1.1)
+    for _ in range(3):
+        study.enqueue_trial(measured[0])
+        trial = study.ask()
+        space.sample(trial)
+        trial.set_user_attr(RECORD_ATTR, {"number": trial.number, "duplicate_of": 0})
+        trial.set_constraint(FAILED_KEY, 0.0)
+        study.tell(trial, speed(measured[0]))
+    observed, _ = study_observations(study, space)
+    assert len(observed) == 7  # six configs and the one real repeat; the reuses are left out
+    ss, df = repeat_spread(observed)
+    assert df == 1 and ss > 0.004  # (log 1.1)^2 / 2 = 0.0045: the real repeat's spread, undiluted
