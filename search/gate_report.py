@@ -117,7 +117,9 @@ class GateReport:
             ci = (f"{100 * (v.ci_low - 1):+.1f}% .. {100 * (v.ci_high - 1):+.1f}% ({100 * v.level:.3g}%)"
                   if math.isfinite(v.ci_low) else "-")
             change = f"{v.change_pct:+.1f}%" if math.isfinite(v.ratio) else "-"
-            mde = f"±{100 * v.mde:.1f}%" if math.isfinite(v.mde) else "-"
+            # What the run could have seen belongs to a "no difference" answer; next to a settled change it
+            # reads as a contradiction (a -48% found where "±116%" was the detectable size at 95% power).
+            mde = f"±{100 * v.mde:.1f}%" if math.isfinite(v.mde) and v.verdict in ("unchanged", "inconclusive") else "-"
             lines.append(f"| {v.metric} | {'yes' if v.gated else 'no'} | {v.median_a:.4g} | {v.median_b:.4g} | "
                          f"{change} | {ci} | {v.p_value:.3g} | {v.n_a}/{v.n_b} | {mde} | **{v.verdict}** |")
         lines.append("")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
 from search.gate import MetricVerdict
+from search.gate_report import GateReport
 from search.sequential import (
     BOUNDARIES,
     _simulate_paired,
@@ -182,6 +184,12 @@ def test_a_paired_verdict_states_its_level_and_what_it_could_see() -> None:
     assert "shared by a round" in v.note and "removed by pairing" in v.note
     five = compare_paired(METRIC, *drifting_rounds(rng, 6, 0.9, shared=0.05, per_start=0.005))
     assert five.verdict == "regressed" and five.sensitivity() == ""
+    # The report's "could detect" column: filled for the "no difference" answer only (beside a settled
+    # change a detectable size larger than the change found reads as a contradiction).
+    table = GateReport("ab", "A", "B", [v, replace(five, metric="w.other")]).markdown()
+    cells = {row.split(" | ")[0]: row.split(" | ")[-2] for row in table.splitlines() if row.startswith("| w.")}
+    assert v.verdict in ("unchanged", "inconclusive") and cells[f"| {METRIC}"] == f"±{100 * v.mde:.1f}%", cells
+    assert cells["| w.other"] == "-", cells
 
 
 def test_an_unsettled_verdict_names_the_lever_that_narrows_it() -> None:
