@@ -20,9 +20,10 @@ def measure_settings(space: Space, metric: str | None = None, repeats: int | Non
     so a space's warm-up, stall and length settings hold in `ab`, `regress` and `bisect` as in `run`."""
     m = space.m.measure
     metric = metric or space.m.objectives[0].metric
-    measured = metric.partition(".")[0].partition("@")[0] in {w.name for w in space.m.workloads}
+    workload, _, leaf = metric.rpartition(".")
     # A metric that is no workload's per-run value (capacity, quality, kv, errors) watches the default.
-    leaf = metric.rpartition(".")[2] if measured and metric.rpartition(".")[2] != "errors" else "decode_tok_s"
+    if workload.partition("@")[0] not in {w.name for w in space.m.workloads} or leaf == "errors":
+        leaf = "decode_tok_s"
     return MeasureSettings(repeats or m.repeats, m.warmup, m.request_timeout_s, m.policy(leaf))
 
 

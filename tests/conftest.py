@@ -217,6 +217,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
     finally:
         c.close()
 
+
 def worker_cpu() -> str:
     """This test worker's own CPU (gw0 -> 0, gw1 -> 1, ...; one process without xdist -> 0)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")

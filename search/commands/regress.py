@@ -117,9 +117,9 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         subject = subject_from(src.space, src.config, src.label, **build_kwargs(build))
         work = Path(args.work_dir or f"results/baseline-{args.name}")
         work.mkdir(parents=True, exist_ok=True)
+        settings = measure_settings(src.space, (args.metric or [None])[0], args.repeats)
         t0 = time.monotonic()
         try:
-            settings = measure_settings(src.space, (args.metric or [None])[0], args.repeats)
             side = measure_alone(subject, src.space.workload_specs(dict(subject.request)), settings, args.rounds, work,
                                  src.space.m.quality.suite, _progress(args.quiet))
         except LaunchFailed as exc:

@@ -37,17 +37,24 @@ def study_of(space: Space, measured: list[dict[str, Any]], value: Callable[[dict
     """A study holding `measured`, each told as the loop tells it (None = failed)."""
     study = optuna.create_study(directions=[space.m.objectives[0].direction], sampler=make_sampler(space, 0))
     for config in measured:
-        study.enqueue_trial(config)
-        trial = study.ask()
-        space.sample(trial)
-        v = value(config)
-        if v is None:
-            trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
-            study.tell(trial, failure_values(study.directions))
-        else:
-            trial.set_constraint(FAILED_KEY, 0.0)
-            study.tell(trial, v)
+        tell(study, space, config, value(config))
     return study
+
+
+def tell(study: optuna.Study, space: Space, config: dict[str, Any], v: float | None,
+         attrs: dict[str, Any] | None = None) -> None:
+    """One trial of `config`, told as the loop tells it (None = failed), with the loop's user attrs."""
+    study.enqueue_trial(config)
+    trial = study.ask()
+    space.sample(trial)
+    for key, attr in (attrs or {}).items():
+        trial.set_user_attr(key, attr)
+    if v is None:
+        trial.set_constraint(FAILED_KEY, FAILED_VIOLATION)
+        study.tell(trial, failure_values(study.directions))
+    else:
+        trial.set_constraint(FAILED_KEY, 0.0)
+        study.tell(trial, v)
 
 
 def speed(config: dict[str, Any], seed: int = 0) -> float:
@@ -154,18 +161,9 @@ def test_a_reused_result_is_no_second_measurement() -> None:
     measured = configs()[:6]
     study = study_of(space, measured, speed)
     # A real repeat of the first config on another start, 10% apart, then three reuses of it.
-    study.enqueue_trial(measured[0])
-    trial = study.ask()
-    space.sample(trial)
-    trial.set_constraint(FAILED_KEY, 0.0)
-    study.tell(trial, speed(measured[0]) * 1.1)
+    tell(study, space, measured[0], speed(measured[0]) * 1.1)
     for _ in range(3):
-        study.enqueue_trial(measured[0])
-        trial = study.ask()
-        space.sample(trial)
-        trial.set_user_attr(RECORD_ATTR, {"number": trial.number, "duplicate_of": 0})
-        trial.set_constraint(FAILED_KEY, 0.0)
-        study.tell(trial, speed(measured[0]))
+        tell(study, space, measured[0], speed(measured[0]), {RECORD_ATTR: {"duplicate_of": 0}})
     observed, _ = study_observations(study, space)
     assert len(observed) == 7  # six configs and the one real repeat; the reuses are left out
     ss, df = repeat_spread(observed)
