@@ -88,6 +88,23 @@ def test_vllm_table_launches_the_demo_definitions(grid: Grid) -> None:
     assert w.streams == ("qa",) * 4 and w.max_tokens == 16
 
 
+def test_the_window_table_launches_the_demo_engine_and_workloads() -> None:
+    """The table that judges the demo's pick (bench/tables/cpu-vllm-window.yaml) starts the demo's
+    engine exactly (command, env, eager flag), its params, and measures the demo's workloads: 'single'
+    is its concurrency 1, 'four_streams' its concurrency 4."""
+    demo = load_yaml(ROOT / "spaces" / "smollm2-cpu.yaml")
+    table = load_yaml(TABLES / "cpu-vllm-window.yaml")
+    assert demo["engines"] == table["engines"] and demo["models"][0]["path"] == table["models"][0]["path"]
+    for name, param in table["params"].items():
+        if name != "concurrency":
+            assert {k: v for k, v in demo["params"][name].items() if k != "default"} == param, name
+    single, four = demo["workloads"]
+    (window,) = table["workloads"]
+    assert window["streams"] == four["streams"] and single["streams"] == four["streams"][:1]
+    assert window["max_tokens"] == four["max_tokens"] == single["max_tokens"]
+    assert table["params"]["concurrency"]["choices"] == [1, 4]
+
+
 def test_replay_reads_a_written_table(grid: Grid, tmp_path: Path) -> None:
     """Rows as the tool writes them (an excluded stall, a failed start) load as the replay's Table:
     the launch columns are its parameters, concurrency its levels; `show` prints the same cells."""
