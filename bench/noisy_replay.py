@@ -51,6 +51,9 @@ ADAPTIVE = True
 CONTENTION = 0.1
 STATED_FLOOR = 0.05  # the space schema's default measure.noise_floor: every arm's noise prior
 EXHAUSTED_AFTER = 25
+# The demo's budget (spaces/smollm2-cpu.yaml: budget.trials; a test holds them equal) and its design size.
+DEMO_TRIALS = 10
+DEMO_DESIGN = 4
 STOP_SHARE: float | None = None  # None: search/stopping.py's
 N_DESIGN: int | None = None  # None: search/sampler.py's default_design_size
 MIN_RESULTS: int | None = None  # None: search/stopping.py's study_should_stop (one per param, plus two)
@@ -410,8 +413,8 @@ def demo_pick(table: Table, values: np.ndarray, seed: int, default: int, trials:
     return max(measured)[1] if measured else None
 
 
-def demo_report(path: Path, default: dict[str, Any], levels: list[str], seeds: int, trials: int = 8,
-                design: int = 4, within: float = 0.05, level: int | None = None) -> str:
+def demo_report(path: Path, default: dict[str, Any], levels: list[str], seeds: int, trials: int = DEMO_TRIALS,
+                design: int = DEMO_DESIGN, within: float = 0.05, level: int | None = None) -> str:
     """Per noise level: how often the demo's pick is within `within` of the table's best median at
     `level` (default: the table's highest load level), over `seeds` replays."""
     from bench.replay import load_table

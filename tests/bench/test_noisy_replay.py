@@ -51,3 +51,14 @@ def test_the_demo_budget_replay_measures_the_default_first_and_picks_the_ranking
     assert "| 0 (0.0%) | 2 of 2 | 100% |" in text, text
     with pytest.raises(SystemExit, match="not a measured config"):
         noisy_replay.demo_report(VLLM, {**default, "max_num_seqs": 7}, ["0"], seeds=1)
+
+
+def test_the_demo_replay_replays_the_demo_spaces_budget() -> None:
+    """The budget the demo replay judges is the demo space's: its trials, and the design size the
+    product's sampler gives that space."""
+    from search.sampler import default_design_size
+    from search.space import load_space
+
+    demo = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
+    assert demo.m.budget.trials == noisy_replay.DEMO_TRIALS
+    assert default_design_size(demo) == noisy_replay.DEMO_DESIGN
