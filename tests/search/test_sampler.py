@@ -25,6 +25,7 @@ from search.sampler import (
     worker_seed,
 )
 from search.space import Space, parse_space
+from search.trial_index import RECORD_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 LIMIT = "errors == 0"
@@ -267,3 +268,28 @@ def test_each_proposal_says_how_it_was_chosen() -> None:
     origins = sampler.origins  # type: ignore[attr-defined]
     assert [origins[n] for n in range(3)] == [f"space-filling design {k}/3" for k in (1, 2, 3)]
     assert all(origins[n].startswith("guided: ") for n in range(3, 6)), origins
+
+
+def test_a_reused_result_is_no_observation_of_the_guided_phase() -> None:
+    """A trial whose config the loop copied from an earlier one (search/scoring.py: copy_duplicate)
+    is no second measurement. With one real result and its copy, the model has one observation, too
+    few to guide (it needs two): the inner sampler proposes. With a second real result it guides."""
+    space = make_space(LINE)
+    sampler = make_sampler(space, 0, n_design=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    tell(study, space, {"x": 20}, "feasible", value=10.0)
+    study.enqueue_trial({"x": 20})
+    copy = study.ask()
+    space.sample(copy)
+    copy.set_constraint(FAILED_KEY, 0.0)
+    copy.set_constraint(LIMIT, 0.0)
+    copy.set_user_attr(RECORD_ATTR, {"duplicate_of": 0})  # as the loop marks a copied result
+    study.tell(copy, 10.0)
+    next_x(study, space)
+    n = study.trials[-1].number
+    assert not sampler.origins[n].startswith("guided: the highest"), sampler.origins  # type: ignore[attr-defined]
+    study.tell(n, state=TrialState.FAIL)  # that proposal left unmeasured
+    tell(study, space, {"x": 30}, "feasible", value=5.0)
+    next_x(study, space)
+    n = study.trials[-1].number
+    assert sampler.origins[n].startswith("guided: the highest"), sampler.origins  # type: ignore[attr-defined]
