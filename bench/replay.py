@@ -420,8 +420,7 @@ def main() -> None:
                         help="with --noise: the folder of the raw outcomes (replay_noise_<table>.json, resumed)")
     parser.add_argument("--minutes", type=float, default=1e9, help="with --noise: start no new arm after this")
     parser.add_argument("--demo", action="append", metavar="K=V", help="with --noise: replay the demo's budget "
-                        "(spaces/smollm2-cpu.yaml's trials) from this default config instead (repeat per "
-                        "param): picks within 5%% of the best")
+                        "from this default config instead (repeat per param): picks within 5%% of the best")
     args = parser.parse_args()
     if args.demo:
         from bench.noisy_replay import demo_report

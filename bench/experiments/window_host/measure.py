@@ -24,26 +24,24 @@ from search.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = ("qa", "code", "json", "math")  # the demo's four_streams workload
-DEFAULT = {"dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048, "speculative_method": "none",
-           "omp_threads_bind": "auto"}
+ONE_RUN = MeasureSettings(repeats=1, warmup=False, request_timeout_s=120)
 
 
 def main(runs: int, lengths: list[int]) -> list[dict[str, Any]]:
     space = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
+    default = {k: v for k, v in space.default_config().items() if k not in ("engine", "model")}
     tmp = Path(tempfile.mkdtemp())
     rows: list[dict[str, Any]] = []
     with Session(keep_server=True) as session:
-        request = request_for(space, DEFAULT, tmp, fresh=True)
+        request = request_for(space, default, tmp, fresh=True)
         # One warm-up run at every length first (the server's first batches are slower).
-        session.run(request, [WorkloadSpec(f"w{n}", STREAMS, max_tokens=n) for n in lengths],
-                    MeasureSettings(repeats=1, warmup=False, request_timeout_s=120))
-        request = request_for(space, DEFAULT, tmp, fresh=False)
+        session.run(request, [WorkloadSpec(f"w{n}", STREAMS, max_tokens=n) for n in lengths], ONE_RUN)
+        request = request_for(space, default, tmp, fresh=False)
         for i in range(runs):
             for n in lengths:
                 probe = speed_probe()
                 t = time.time()
-                wm = session.run(request, [WorkloadSpec(f"w{n}", STREAMS, max_tokens=n)],
-                                 MeasureSettings(repeats=1, warmup=False, request_timeout_s=120)).workloads[f"w{n}"]
+                wm = session.run(request, [WorkloadSpec(f"w{n}", STREAMS, max_tokens=n)], ONE_RUN).workloads[f"w{n}"]
                 s = wm.samples[0]
                 rows.append({"i": i, "max_tokens": n, "t": round(t, 2), "probe_ms": round(probe, 2),
                              "dec": round(s.metrics.get("decode_tok_s", 0.0), 2),
