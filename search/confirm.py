@@ -153,9 +153,10 @@ def _detected(verdict: MetricVerdict | None) -> bool:
 
 
 def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path,
-                  slowdown: float | None = None) -> tuple[list[float], str]:
+                  slowdown: float | None = None, repeats: int | None = None) -> tuple[list[float], str]:
     """The first objective's per-run values of a config on a fresh server start, and the command.
-    `slowdown`: serve it behind harness/throttle.py --stretch (a positive control).
+    `slowdown`: serve it behind harness/throttle.py --stretch (a positive control); `repeats`: runs
+    per workload (default: the space's measure.repeats).
     Raises TrialFailed when it cannot be measured."""
     workload, _, leaf = space.m.objectives[0].metric.partition(".")
     config = space.sample(_fixed(params))
@@ -169,7 +170,7 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
     if metric.startswith("capacity."):
         return _capacity_fresh(session, space, req, metric)
     specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
-    measured = session.run(req, specs, measure_settings(space, metric))
+    measured = session.run(req, specs, measure_settings(space, metric, repeats))
     per_point: list[list[float]] = []
     for wm in measured.workloads.values():
         values = [float(s.metrics[leaf]) for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]
@@ -204,7 +205,8 @@ def _capacity_fresh(session: Session, space: Space, req: RunRequest, metric: str
 
 def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[float]:
     try:
-        values, arm.command = measure_fresh(session, space, arm.params, log_dir, arm.control.get("slowdown"))
+        values, arm.command = measure_fresh(session, space, arm.params, log_dir, arm.control.get("slowdown"),
+                                            space.m.confirm.repeats)
     except TrialFailed as exc:
         arm.failures.append(str(exc))
         return []

@@ -219,7 +219,7 @@ class Estimator:
         """One fresh start of a confirmation arm: the start and the objective's workload, measured."""
         workload = self.space.m.objectives[0].metric.split(".", 1)[0].split("@", 1)[0]
         m = self.space.m.measure
-        passes = m.repeats + (1 if m.warmup else 0)
+        passes = (self.space.m.confirm.repeats or m.repeats) + (1 if m.warmup else 0)
         out = {}
         for engine in self.space.m.engines:
             cost = self.engine_cost(engine)

@@ -322,6 +322,10 @@ class ConfirmModel(Strict):
 
     top_k: int = Field(default=1, ge=0)  # 0: no confirmation
     max_rounds: int = Field(default=5, ge=3)
+    # Measured runs per confirmation start (None: the space's measure.repeats). A run costs a few
+    # seconds, a start tens: where a run's spread dominates a start's (a host whose speed changes
+    # within seconds), more runs per start narrow a round's difference for little time.
+    repeats: int | None = Field(default=None, ge=1)
     # Positive controls: configs known to be worse than the default, confirmed beside the others;
     # one not found worse shows that the confirmation lacked the power to see a real difference,
     # and the answer says so. Each is parameter overrides of the default and/or `slowdown: F`: the

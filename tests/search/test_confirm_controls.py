@@ -113,7 +113,8 @@ def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
 def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> None:
     """The default of a real llama-server study and the same config behind harness/throttle.py
     --stretch 0.5 (a known 0.5x), confirmed with fresh starts: the control is called regressed
-    (or the verdict is withheld because other programs took the CPU, which the answer says)."""
+    (or the verdict is withheld because other programs took the CPU, which the answer says). Each
+    confirmation start measures `confirm.repeats` runs, not the trials' `measure.repeats`."""
     from harness import flagsearch_home
     from search.commands.confirm import confirm_study
     from search.study import StudyRunner, default_storage
@@ -129,7 +130,8 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
            "measure": {"repeats": 2, "warmup": False, "request_timeout_s": 60},
            "workloads": [{"name": "single", "streams": ["qa"], "max_tokens": 32}],
            "objectives": [{"metric": "single.output_tok_s"}], "quality": {"suite": None},
-           "budget": {"trials": 1}, "confirm": {"top_k": 0, "max_rounds": 4, "controls": [{"slowdown": 0.5}]}}
+           "budget": {"trials": 1},
+           "confirm": {"top_k": 0, "max_rounds": 4, "repeats": 3, "controls": [{"slowdown": 0.5}]}}
 
     results = tmp_path / "results"
     runner = StudyRunner(parse_space(doc, "control"), default_storage(results), "control", results, Quiet())
@@ -140,6 +142,7 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     (control,) = [a for a in result.arms if a["control"]]
     assert "throttle.py 0.5 --stretch" in control["command"], control["command"]
     assert len(control["runs"]) == result.rounds >= 3
+    assert all(len(start) == 3 for arm in result.arms for start in arm["runs"]), result.arms
     # Every arm's start had the host's speed probed first (a varying host is named in the answer).
     assert len(result.load) == 2 * result.rounds and all(w["probe_ms"] > 0 for w in result.load), result.load
     verdict = result.verdicts["control1"]

@@ -126,6 +126,23 @@ def test_the_estimate_learns_from_measured_trials() -> None:
     assert est.remaining_s(3) == 3 * est.trial_s()
 
 
+def test_a_confirmation_start_is_priced_with_the_confirmations_own_runs() -> None:
+    """`confirm.repeats` runs per confirmation start, not the trials' `measure.repeats`: each run
+    more costs one more pass of the objective's workload on every engine."""
+    doc = yaml.safe_load(QWEN.read_text())
+    doc.setdefault("confirm", {}).pop("repeats", None)
+    plain = Estimator(parse_space(doc, "qwen"))
+    repeats = plain.space.m.measure.repeats
+    doc["confirm"]["repeats"] = repeats + 2
+    more = Estimator(parse_space(doc, "qwen"))
+    engines = list(plain.space.m.engines)
+    start = sum(plain.engine_cost(e).start.seconds for e in engines) / len(engines)
+    passes = repeats + (1 if plain.space.m.measure.warmup else 0)
+    one_pass = (plain.confirmation_start_s() - start) / passes
+    assert one_pass > 0
+    assert abs(more.confirmation_start_s() - plain.confirmation_start_s() - 2 * one_pass) < 1e-6 * start
+
+
 def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_starts() -> None:
     from harness.failure import Failure
     from search.estimate import MIN_CONFIRM_ROUNDS
