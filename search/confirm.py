@@ -34,7 +34,7 @@ from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
 from search.scoring import capacity_of, measure_settings, slo_of
-from search.sequential import MIN_STARTS, compare_paired, family_alpha, settled
+from search.sequential import MIN_STARTS, compare_paired, family_alpha, rounds_needed, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
@@ -243,7 +243,8 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     better = [(k, v) for k, v in tops.items() if v.verdict == "improved"]
     if missed and not better:
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
-                "a real difference; measured: " + "; ".join(lines) + suffix), None
+                "a real difference; measured: " + "; ".join(lines) + suffix
+                + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts], len(tops))), None
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
@@ -261,6 +262,22 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""
         return "no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix, None
     return "the default stays best; " + "; ".join(lines) + suffix, None
+
+
+def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], tops: int) -> str:
+    """How many rounds would likely find the missed slowdown controls' nominal difference at the
+    spread of round differences just measured (the same approximation as every "about N rounds"),
+    and the command that runs them."""
+    needed = []
+    for arm, verdict in missed:
+        fraction = float(arm.control.get("slowdown") or 0.0)
+        if fraction and math.isfinite(verdict.cv) and math.isfinite(verdict.level):
+            needed.append(rounds_needed(verdict.cv, fraction / (1.0 - fraction), 1.0 - verdict.level))
+    rounds = max((n for n in needed if n), default=0)
+    if rounds <= 0:
+        return ""
+    return (f"; at this noise about {rounds} rounds would find the control's difference "
+            f"(`search confirm STUDY --top {tops} --max-rounds {rounds}`)")
 
 
 def _unseen_size(best: MetricVerdict, missed: list[MetricVerdict]) -> str:

@@ -118,6 +118,29 @@ def test_the_demos_committed_rounds_find_the_ten_percent_control_at_the_claims_l
     assert judged("#6", comparison_alpha(arms)).verdict == "improved"
 
 
+def test_a_withheld_verdict_says_how_many_rounds_would_find_the_control() -> None:
+    """Demo H (2026-11-28, bench/data/demo_confirmations_20261128.json: three runs a start): the 10%
+    control measured 0.87x with round differences of 5.6% sd and was missed at 4 rounds (t = 5.0
+    against 5.56). The answer names the rounds that would likely find it and the command."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data"
+                       / "demo_confirmations_20261128.json").read_text())
+    demo = next(d for d in data["demos"] if d["demo"] == "H")
+    runs = {a["label"]: a["runs"] for a in demo["confirmation"]["arms"]}
+    arms = [Arm(0, "default", {}, key="0"), Arm(8, "#8", {}, key="8"),
+            Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
+    verdicts = {arm.key: compare_paired("four_streams.decode_tok_s", runs["default"], runs[arm.label],
+                                        direction="higher", min_effect=0.03, alpha=comparison_alpha(arms), looks=(3, 4))
+                for arm in arms[1:]}
+    assert verdicts["control1"].verdict == "inconclusive" and 0.85 < verdicts["control1"].ratio < 0.89
+    answer, winner = _answer(arms, verdicts, contended=False, direction="maximize")
+    assert answer.startswith("verdict withheld") and winner is None, answer
+    assert answer.endswith("about 6 rounds would find the control's difference "
+                           "(`search confirm STUDY --top 1 --max-rounds 6`)"), answer
+    # A control that is no slowdown has no known size: no rounds are promised for it.
+    flag = [*arms[:2], Arm(-1, "control1", {}, key="control1", control={"dtype": "float32"})]
+    assert "rounds would find" not in _answer(flag, verdicts, contended=False, direction="maximize")[0]
+
+
 def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
     doc = (Path(__file__).resolve().parents[2] / "spaces" / "smollm2-cpu.yaml").read_text()
     good = parse_space(yaml.safe_load(doc), "smollm2-cpu.yaml")
