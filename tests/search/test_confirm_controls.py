@@ -96,14 +96,18 @@ def test_the_budget_is_split_over_claims_and_a_control_is_tested_at_their_level(
     assert comparison_alpha(ARMS[:1]) == DEFAULT_ALPHA
 
 
+def committed_runs(name: str, demo: str) -> dict[str, list[list[float]]]:
+    """A committed demo's confirmation (bench/data/NAME): each arm's runs per fresh start, by label."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data" / name).read_text())
+    found = next(d for d in data["demos"] if d["demo"] == demo)
+    return {a["label"]: a["runs"] for a in found["confirmation"]["arms"]}
+
+
 def test_the_demos_committed_rounds_find_the_ten_percent_control_at_the_claims_level() -> None:
     """Demo D (2026-11-27, bench/data/demo_confirmations_20261127.json): with the budget split over
     the winner and the control, the 10% control was missed at 4 rounds (0.90x, interval reaching
     1.00); at the claims' level the same rounds find it worse, and the winner stays confirmed."""
-    data = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data"
-                       / "demo_confirmations_20261127.json").read_text())
-    demo = next(d for d in data["demos"] if d["demo"] == "D")
-    runs = {a["label"]: a["runs"] for a in demo["confirmation"]["arms"]}
+    runs = committed_runs("demo_confirmations_20261127.json", "D")
     arms = [Arm(0, "default", {}, key="0"), Arm(6, "#6", {}, key="6"),
             Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
 
@@ -122,10 +126,7 @@ def test_a_withheld_verdict_says_how_many_rounds_would_find_the_control() -> Non
     """Demo H (2026-11-28, bench/data/demo_confirmations_20261128.json: three runs a start): the 10%
     control measured 0.87x with round differences of 5.6% sd and was missed at 4 rounds (t = 5.0
     against 5.56). The answer names the rounds that would likely find it and the command."""
-    data = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data"
-                       / "demo_confirmations_20261128.json").read_text())
-    demo = next(d for d in data["demos"] if d["demo"] == "H")
-    runs = {a["label"]: a["runs"] for a in demo["confirmation"]["arms"]}
+    runs = committed_runs("demo_confirmations_20261128.json", "H")
     arms = [Arm(0, "default", {}, key="0"), Arm(8, "#8", {}, key="8"),
             Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
     verdicts = {arm.key: compare_paired("four_streams.decode_tok_s", runs["default"], runs[arm.label],
