@@ -23,6 +23,11 @@ def request_for(space: Space, values: Mapping[str, Any], log_dir: Path, fresh: b
     return RunRequest(space.engine_settings(engine), space.model_choice(model), flags, env, log_dir, fresh=fresh)
 
 
+def default_params(space: Space, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The space's default config as params: without its engine and model, and without `leave_out`."""
+    return {k: v for k, v in space.default_config().items() if k not in ("engine", "model", *leave_out)}
+
+
 def measure_settings(space: Space) -> MeasureSettings:
     """The space's `measure:` section, as `search run` applies it."""
     m = space.m.measure

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import default_params
 from harness import Session
 from harness.hostload import LoadMeter
 from search.confirm import measure_fresh
@@ -31,7 +32,7 @@ HERE = Path(__file__).parent
 
 def main(rounds: int, runs: int, aa: bool = False) -> list[dict[str, Any]]:
     space = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
-    default = {k: v for k, v in space.default_config().items() if k not in ("engine", "model")}
+    default = default_params(space)
     slowdown = float(space.m.confirm.controls[0]["slowdown"])
     arms = [("default", None), ("default2", None) if aa else ("control", slowdown)]
     out = HERE / ("rows_aa.json" if aa else "rows.json")

@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from bench.common import default_params
 from bench.noisy_replay import demo_report
 from search.space import load_space
 
@@ -25,8 +26,7 @@ SEEDS = 100
 
 def main(tables: list[Path]) -> dict[str, dict[str, list[int]]]:
     # The demo's default, in the table's params (the tables have no speculative decoding).
-    default = {k: v for k, v in load_space(ROOT / "spaces" / "smollm2-cpu.yaml").default_config().items()
-               if k not in ("engine", "model", "speculative_method")}
+    default = default_params(load_space(ROOT / "spaces" / "smollm2-cpu.yaml"), ("speculative_method",))
     out: dict[str, dict[str, list[int]]] = {}
     for table in tables:
         out[table.name] = {}

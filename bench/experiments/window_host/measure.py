@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import request_for
+from bench.common import default_params, request_for
 from harness import MeasureSettings, Session
 from harness.hostload import speed_probe
 from harness.workloads import WorkloadSpec
@@ -29,7 +29,7 @@ ONE_RUN = MeasureSettings(repeats=1, warmup=False, request_timeout_s=120)
 
 def main(runs: int, lengths: list[int]) -> list[dict[str, Any]]:
     space = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
-    default = {k: v for k, v in space.default_config().items() if k not in ("engine", "model")}
+    default = default_params(space)
     tmp = Path(tempfile.mkdtemp())
     rows: list[dict[str, Any]] = []
     with Session(keep_server=True) as session:
