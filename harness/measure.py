@@ -38,6 +38,7 @@ import httpx
 from harness import metrics as prom
 from harness.client import RequestResult, server_client, stream_chat
 from harness.engines.base import Engine, FeatureExpectation
+from harness.natural_end import NATURAL_REPEAT, NaturalEnd, natural_end, speculating
 from harness.roofline import Roofline
 from harness.stats import Stat, log_mean_rel_halfwidth, percentile, summarize
 from harness.steady import DEFAULT_POLICY, WARMUP_REPEAT, MeasurePolicy, SteadyState, need_more, review_runs, run_value
@@ -83,6 +84,7 @@ class WorkloadMeasurement:
     context_limit: int | None = None
     steady: SteadyState | None = None
     window_problems: list[str] = field(default_factory=list)  # the decode window asked for was not delivered
+    natural: NaturalEnd | None = None  # with speculative decoding: the answers' own ends (harness/natural_end.py)
 
     @property
     def counted(self) -> list[RunSample]:
@@ -108,6 +110,7 @@ class WorkloadMeasurement:
                 "errors_by_kind": self.errors_by_kind, "error_examples": self.error_examples,
                 "steady": self.steady.to_dict() if self.steady else None,
                 "window_problems": self.window_problems,
+                "natural_end": self.natural.to_dict() if self.natural else None,
                 "samples": [s.to_dict() for s in self.samples]}
 
 
@@ -366,6 +369,16 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
                 else:
                     warnings.append(f"repeat {s.repeat}: {'; '.join(found)}; kept (stalls recurred after "
                                     f"{policy.max_remeasure} re-measurements: part of this config's behaviour)")
+        natural = None
+        if engine.exact_output_tokens and speculating(samples) and (alive is None or alive()):
+            progress(f"{spec.name}: answers to their own end (speculative decoding is on)")
+            prepared = await prepare(spec, engine, client, base_url, model_id, NATURAL_REPEAT,
+                                     engine.natural_extras(), sizer)
+            own = await _measured_run(engine, client, base_url, prepared, -2, timeout_s, spec, roofline,
+                                      watch_interval_s, warnings)
+            natural = natural_end(own, [s for s in samples if not s.excluded])
+            if (note := natural.note()) is not None:
+                warnings.append(note)
     steady.elapsed_s = time.monotonic() - t0
     counted = [s for s in samples if not s.excluded]
     if steady.achieved_ci is None:
@@ -383,7 +396,7 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
     warnings.extend(w for w in window_problems if w not in warnings)
     return WorkloadMeasurement(spec.name, spec.concurrency, samples, summary, warnings,
                                check_placebo(expectations, samples), examples, spec.ttft_kind, context_limit,
-                               steady, window_problems)
+                               steady, window_problems, natural)
 
 
 def window_notes(counted: list[RunSample], concurrency: int, exact_tokens: bool) -> list[str]:

@@ -406,6 +406,11 @@ class Engine(ABC):
         """Extra fields this engine needs in a chat request (e.g. to make output length fixed)."""
         return {"ignore_eos": True}
 
+    def natural_extras(self) -> dict[str, Any]:
+        """request_extras() without what forces the output length: answers end where the model ends
+        them (harness/natural_end.py)."""
+        return {k: v for k, v in self.request_extras().items() if k != "ignore_eos"}
+
     # True when request_extras() makes the server generate exactly max_tokens (no stop at end of
     # sequence): the decode window (harness/window.py) then has the same length for every engine.
     exact_output_tokens: ClassVar[bool] = True

@@ -58,6 +58,7 @@ def test_usage_counts_match_the_servers_counters_and_an_active_feature_is_no_pla
     # (beside another test, a real 1.7 s stall was seen mid-stream; the prefill of the other stream's
     # second prompt is scheduling, not a stall: tests/harness/test_steady.py).
     wm = measure(vllm_session, spec, repeats=2, policy=MeasurePolicy(max_remeasure=0))
+    assert wm.natural is None  # no speculative decoding: no run to the answers' own ends
     assert wm.errors == 0
     assert len(wm.samples) == 2
     for s in wm.samples:
@@ -122,10 +123,21 @@ def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
     flags = {"speculative_method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}
     item = Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 64)
+    # An answer that ends by itself long before the window's 64 tokens (~14 tokens here).
+    short = Item("math", "What is 17 multiplied by 23? Answer with the number only.", 64)
     # Its own door: a start of this config only, stopped after the run (the shared server stays).
     with Session(keep_server=False) as session:
-        wm = measure((session, vllm_request(tmp_path, flags)), WorkloadSpec("spec", ("rep",), items=(item,)))
+        wm = measure((session, vllm_request(tmp_path, flags)),
+                     WorkloadSpec("spec", ("rep", "math"), items=(item, short)))
     assert wm.errors == 0 and wm.placebo == []
+    # The drafts moved, so one more run let the answers end by themselves: their lengths and the
+    # acceptance on them, beside the window's (whether the tail flatters is the model's business).
+    natural = wm.natural
+    assert natural is not None and natural.asked == {"rep": 64, "math": 64}, natural
+    assert natural.tokens["math"] < 40 and natural.past_end_share > 0.15, natural
+    assert natural.acceptance_window is not None and 0 <= natural.acceptance_window <= 1
+    assert wm.to_dict()["natural_end"]["tokens"] == natural.tokens
+    assert len(wm.samples) == 1  # the run to the answers' own ends is not a measured run
     s = wm.samples[0]
     assert s.server["spec_drafts"] > 0 and s.server["spec_accepted_tokens"] > 0
     m = wm.summary
