@@ -27,6 +27,7 @@ MIN_DRAFT_TOKENS = 10  # fewer drafted tokens than this in a run: its acceptance
 # Acceptances that differ by more than this, relatively and absolutely, are worth a warning.
 REL_GAP = 0.2
 ABS_GAP = 0.1
+MARK = "past the answers' own ends"  # in every note: how a reader of warnings finds them
 
 
 def speculating(samples: Sequence[RunSample]) -> bool:
@@ -63,17 +64,16 @@ class NaturalEnd:
         if self.past_end_share < 0.05:
             return None
         ends = ", ".join(f"{k} {self.tokens[k]} of {n}" for k, n in self.asked.items() if self.tokens.get(k, n) < n)
+        past = f"{100 * self.past_end_share:.0f}% of the window's tokens lie {MARK} ({ends})"
         if nat is None or win is None:
-            return (f"{100 * self.past_end_share:.0f}% of the window's tokens lie past the answers' own ends "
-                    f"({ends}); too few drafted tokens ({self.drafted_natural:.0f}) in the model's own answers "
-                    "to tell whether the tail flatters speculative decoding")
+            return (f"{past}; too few drafted tokens ({self.drafted_natural:.0f}) in the model's own answers to tell "
+                    "whether the tail flatters speculative decoding")
         close = abs(win - nat) < ABS_GAP or (nat > 0 and abs(win / nat - 1) < REL_GAP)
         if close:
             return None
         how = "flatters" if win > nat else "understates"
         return (f"speculative acceptance {100 * win:.0f}% in the window, {100 * nat:.0f}% on the model's own "
-                f"answers: {100 * self.past_end_share:.0f}% of the window's tokens lie past the answers' own "
-                f"ends ({ends}), so the window {how} this config for real traffic")
+                f"answers: {past}, so the window {how} this config for real traffic")
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "asked": self.asked, "past_end_share": round(self.past_end_share, 4),

@@ -29,6 +29,7 @@ from typing import Any
 from harness.capacity import Slo
 from harness.failure import Cause, Failure, TrialFailed
 from harness.hostload import LoadMeter, LoadWindow, host_speed_note
+from harness.natural_end import MARK as PAST_END
 from harness.session import RunRequest, Session
 from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
@@ -130,6 +131,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                 for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
+    answer += _past_end_caution(tops, winner)
     if note := host_speed_note([w.probe_ms for w in loads]):
         answer += f" ({note})"
     return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
@@ -137,6 +139,13 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},
                         load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner,
                         controls=controls)
+
+
+def _past_end_caution(tops: list[TrialRecord], winner: int | None) -> str:
+    """A confirmed winner whose trial found its speculative acceptance differ past the answers' own
+    ends (harness/natural_end.py): its speed on real traffic may differ from the window's."""
+    notes = [w for r in tops if r.number == winner for w in r.warnings if PAST_END in w]
+    return f"; caution, from its trial: {notes[0]}" if notes else ""
 
 
 def comparison_alpha(arms: list[Arm], alpha: float = DEFAULT_ALPHA) -> float:

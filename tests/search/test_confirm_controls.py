@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from search.confirm import Arm, _answer, comparison_alpha
+from harness.natural_end import NaturalEnd
+from search.confirm import Arm, _answer, _past_end_caution, comparison_alpha
 from search.gate import DEFAULT_ALPHA, MetricVerdict
+from search.results import TrialRecord, TrialState
 from search.sequential import compare_paired
 from search.space import SpaceError, parse_space
 from tests.conftest import Quiet
@@ -67,6 +69,19 @@ def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
     answer, winner = _answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("regressed", 0.6)},
                              contended=False, direction="maximize")
     assert answer.startswith("confirmed: #3 is 1.20x") and winner == 3, answer
+
+
+def test_a_winner_whose_trial_saw_speculation_flattered_past_the_answers_ends_carries_the_caution() -> None:
+    flattered = NaturalEnd({"math": 14}, {"math": 128}, 0.3, 0.8, 60).note()
+    assert flattered is not None
+    spec = TrialRecord(number=3, state=TrialState.COMPLETE, params={}, engine="vllm", model="m",
+                       warnings=["four_streams: something else", f"four_streams: {flattered}"])
+    plain = TrialRecord(number=5, state=TrialState.COMPLETE, params={}, engine="vllm", model="m",
+                        warnings=["four_streams: something else"])
+    caution = _past_end_caution([spec, plain], winner=3)
+    assert caution.startswith("; caution, from its trial: four_streams: speculative acceptance 80% in the window")
+    assert _past_end_caution([spec, plain], winner=5) == ""  # only the winner's own trial speaks
+    assert _past_end_caution([spec, plain], winner=None) == ""
 
 
 def test_a_slowdown_control_clearly_beyond_its_nominal_size_says_what_power_it_shows() -> None:
@@ -201,7 +216,6 @@ def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
     no server is started (the engine's command does not even exist), where three rounds of the
     default alone were run before, each a start the user waited for."""
     from search.confirm import run_confirmation
-    from search.results import TrialRecord, TrialState
 
     doc = {"name": "alone", "engines": {"llamacpp": {"command": [str(tmp_path / "no-such-server")]}},
            "models": [{"name": "m", "path": str(tmp_path / "m.gguf")}],
