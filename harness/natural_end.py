@@ -65,7 +65,9 @@ class NaturalEnd:
             return None
         ends = ", ".join(f"{k} {self.tokens[k]} of {n}" for k, n in self.asked.items() if self.tokens.get(k, n) < n)
         past = f"{100 * self.past_end_share:.0f}% of the window's tokens lie {MARK} ({ends})"
-        if nat is None or win is None:
+        if win is None:
+            return None  # the window itself hardly drafted: there is nothing for its tail to flatter
+        if nat is None:
             return (f"{past}; too few drafted tokens ({self.drafted_natural:.0f}) in the model's own answers to tell "
                     "whether the tail flatters speculative decoding")
         close = abs(win - nat) < ABS_GAP or (nat > 0 and abs(win / nat - 1) < REL_GAP)

@@ -57,3 +57,5 @@ def test_too_few_drafts_in_the_answers_says_it_cannot_compare() -> None:
     assert found.acceptance_natural is None and found.acceptance_window == 0.75
     note = found.note()
     assert note is not None and "too few drafted tokens (4)" in note
+    # Demo K's single-stream qa (2026-11-28): neither side drafted enough to speak of: no warning.
+    assert NaturalEnd({"qa": 89}, {"qa": 128}, None, None, 4).note() is None
