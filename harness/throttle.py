@@ -60,6 +60,10 @@ def stretch_proxy(listener: socket.socket, host: str, upstream: int, fraction: f
         except OSError:
             client.close()
             return
+        # Each streamed token is a small write: without TCP_NODELAY, Nagle's algorithm holds it until
+        # the previous one is acknowledged, which the server's own socket (uvicorn sets it) never does.
+        for sock in (client, server):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         t0 = [time.monotonic()]
         arrived: queue.Queue[tuple[float, bytes]] = queue.Queue()
 

@@ -323,7 +323,8 @@ def _beyond_nominal(arm: Arm, verdict: MetricVerdict) -> str:
     if not beyond:
         return ""
     size = abs(1.0 - verdict.ratio) if verdict.direction == "higher" else abs(1.0 - 1.0 / verdict.ratio)
-    return (f" (more than its nominal {nominal:.2f}x: the proxy's own CPU cost; it shows the power for a "
+    return (f" (more than its nominal {nominal:.2f}x: the server runs slower behind the delaying proxy on this "
+            f"host; it shows the power for a "
             f"{100 * size:.0f}% difference, not {100 * fraction:.0f}%)")
 
 
