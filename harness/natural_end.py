@@ -67,6 +67,9 @@ class NaturalEnd:
         past = f"{100 * self.past_end_share:.0f}% of the window's tokens lie {MARK} ({ends})"
         if win is None:
             return None  # the window itself hardly drafted: there is nothing for its tail to flatter
+        if nat is None and self.drafted_natural == 0:
+            return (f"{past}; speculative decoding drafted in the window but never in the model's own answers: its "
+                    "effect here comes from the forced tail, not from the workload's answers")
         if nat is None:
             return (f"{past}; too few drafted tokens ({self.drafted_natural:.0f}) in the model's own answers to tell "
                     "whether the tail flatters speculative decoding")

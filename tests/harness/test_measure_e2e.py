@@ -96,6 +96,22 @@ def test_a_speculative_flag_that_never_drafts_is_flagged_as_a_placebo(llama_sess
     assert wm.placebo[0].startswith("speculative_decoding:") and "placebo" in wm.placebo[0]
 
 
+def test_drafts_that_happen_only_past_the_answers_own_ends_are_said(llama_session: Session, tmp_path: Path) -> None:
+    # The same lookup at 128 tokens: the answers end by themselves long before (~50 and ~14 tokens) and
+    # never repeat 12 tokens, but the forced tails do, so every draft of the window is in the tails.
+    items = (Item("rep", "Repeat this line ten times: red green blue red green blue red green blue.", 128),
+             Item("math", "What is 17 multiplied by 23? Answer with the number only.", 128))
+    measured = llama_session.run(llama_request(tmp_path, spec_type="ngram-simple"),
+                                 [WorkloadSpec("spec", ("rep", "math"), items=items)],
+                                 MeasureSettings(repeats=1, warmup=False, request_timeout_s=120))
+    wm = measured.workloads["spec"]
+    natural = wm.natural
+    assert wm.errors == 0 and natural is not None, wm.warnings
+    assert natural.tokens["math"] < 40 and natural.tokens["rep"] < 128 and natural.past_end_share > 0.3, natural
+    assert natural.acceptance_window is not None and natural.drafted_natural == 0, natural  # drafts: tails only
+    assert any("never in the model's own answers" in w for w in wm.warnings), wm.warnings
+
+
 def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_session: tuple[Session, RunRequest]) -> None:
     # 400 tokens: vLLM-CPU caches in blocks of 128, so a warm repeat finds 384 of 400 tokens (0.96), a
     # cold one none. At 140 tokens (128 found) a faster CPU (AMD Zen 4, 2026-11-28) prefilled so quickly

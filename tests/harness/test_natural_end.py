@@ -59,3 +59,10 @@ def test_too_few_drafts_in_the_answers_says_it_cannot_compare() -> None:
     assert note is not None and "too few drafted tokens (4)" in note
     # Demo K's single-stream qa (2026-11-28): neither side drafted enough to speak of: no warning.
     assert NaturalEnd({"qa": 89}, {"qa": 128}, None, None, 4).note() is None
+
+
+def test_drafts_only_in_the_tail_are_named_for_what_they_are() -> None:
+    # llama-server --spec-type ngram-simple, 128 tokens (2026-11-28): the answers end at 52 and 14 tokens and
+    # never draft; every draft of the window (20% accepted) was in the forced tails.
+    note = NaturalEnd({"rep": 52, "math": 14}, {"rep": 128, "math": 128}, None, 0.2, 0).note()
+    assert note is not None and "never in the model's own answers" in note and "74%" in note
