@@ -153,7 +153,9 @@ def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
     assert natural.tokens["math"] < 40 and natural.past_end_share > 0.15, natural
     assert natural.acceptance_window is not None and 0 <= natural.acceptance_window <= 1
     assert wm.to_dict()["natural_end"]["tokens"] == natural.tokens
-    assert len(wm.samples) == 1  # the run to the answers' own ends is not a measured run
+    # The run to the answers' own ends is not a measured run (a stall beside another test may add
+    # re-measured runs: in a CI run two of three were excluded, chunk gaps of 0.8-1.4 s).
+    assert [s.repeat for s in wm.samples] == list(range(len(wm.samples)))
     s = wm.samples[0]
     assert s.server["spec_drafts"] > 0 and s.server["spec_accepted_tokens"] > 0
     m = wm.summary
