@@ -369,18 +369,18 @@ async def measure_workload(engine: Engine, base_url: str, model_id: str, spec: W
                 else:
                     warnings.append(f"repeat {s.repeat}: {'; '.join(found)}; kept (stalls recurred after "
                                     f"{policy.max_remeasure} re-measurements: part of this config's behaviour)")
+        counted = [s for s in samples if not s.excluded]
         natural = None
-        if engine.exact_output_tokens and speculating(samples) and (alive is None or alive()):
+        if engine.exact_output_tokens and speculating(counted) and (alive is None or alive()):
             progress(f"{spec.name}: answers to their own end (speculative decoding is on)")
             prepared = await prepare(spec, engine, client, base_url, model_id, NATURAL_REPEAT,
                                      engine.natural_extras(), sizer)
             own = await _measured_run(engine, client, base_url, prepared, -2, timeout_s, spec, roofline,
                                       watch_interval_s, warnings)
-            natural = natural_end(own, [s for s in samples if not s.excluded])
+            natural = natural_end(own, counted)
             if (note := natural.note()) is not None:
                 warnings.append(note)
     steady.elapsed_s = time.monotonic() - t0
-    counted = [s for s in samples if not s.excluded]
     if steady.achieved_ci is None:
         steady.achieved_ci = log_mean_rel_halfwidth([v for s in counted if (v := run_value(s, policy.metric))])
     if not math.isfinite(steady.achieved_ci):

@@ -61,12 +61,11 @@ class NaturalEnd:
         """A warning when the forced tail makes speculation look better or worse than the model's own
         answers do; None when they agree or cannot be compared."""
         win, nat = self.acceptance_window, self.acceptance_natural
-        if self.past_end_share < 0.05:
+        # A window that hardly drafted has nothing for its tail to flatter; no tail, nothing to blame.
+        if win is None or self.past_end_share < 0.05:
             return None
         ends = ", ".join(f"{k} {self.tokens[k]} of {n}" for k, n in self.asked.items() if self.tokens.get(k, n) < n)
         past = f"{100 * self.past_end_share:.0f}% of the window's tokens lie {MARK} ({ends})"
-        if win is None:
-            return None  # the window itself hardly drafted: there is nothing for its tail to flatter
         if nat is None and self.drafted_natural == 0:
             return (f"{past}; speculative decoding drafted in the window but never in the model's own answers: its "
                     "effect here comes from the forced tail, not from the workload's answers")

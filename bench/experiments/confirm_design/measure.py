@@ -30,12 +30,14 @@ ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).parent
 
 
-def main(rounds: int, runs: int, aa: bool = False) -> list[dict[str, Any]]:
+def main(rounds: int, runs: int, aa: bool = False, slowdown: float | None = None,
+         out: Path | None = None) -> list[dict[str, Any]]:
+    """`slowdown`: the control's fraction instead of the demo's; `out`: the rows' file instead of rows.json."""
     space = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
     default = default_params(space)
-    slowdown = float(space.m.confirm.controls[0]["slowdown"])
+    slowdown = slowdown if slowdown is not None else float(space.m.confirm.controls[0]["slowdown"])
     arms = [("default", None), ("default2", None) if aa else ("control", slowdown)]
-    out = HERE / ("rows_aa.json" if aa else "rows.json")
+    out = out or HERE / ("rows_aa.json" if aa else "rows.json")
     tmp = Path(tempfile.mkdtemp())
     rows: list[dict[str, Any]] = []
     with Session(keep_server=False) as session:

@@ -21,6 +21,9 @@ import httpx
 
 from harness import flagsearch_home
 from harness.workloads import catalogue
+from search.space import load_space
+
+ROOT = Path(__file__).resolve().parents[3]
 
 PORT = 8391
 BASE = f"http://127.0.0.1:{PORT}"
@@ -29,13 +32,12 @@ SPEC = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4}
 
 
 def start() -> subprocess.Popen[bytes]:
-    home = flagsearch_home.home()
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_USE_AOT_COMPILE="0", VLLM_ENABLE_V1_MULTIPROCESSING="0",
-               HF_HUB_OFFLINE="1", VLLM_CACHE_ROOT=str(home / "cache" / "vllm"),
-               TORCHINDUCTOR_CACHE_DIR=str(home / "cache" / "inductor"))
-    cmd = [str(flagsearch_home.vllm_python()), "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(flagsearch_home.smollm2_hf()), "--served-model-name", "smollm2", "--max-model-len", "2048",
-           "--enforce-eager", "--port", str(PORT), "--dtype", "bfloat16", "--speculative-config", json.dumps(SPEC)]
+    # The demo's own engine command and environment, from its space file.
+    engine = load_space(ROOT / "spaces" / "smollm2-cpu.yaml").engine_settings("vllm")
+    env = dict(os.environ, **engine.env)
+    cmd = [*engine.command, "--model", str(flagsearch_home.smollm2_hf()), "--served-model-name", "smollm2",
+           "--max-model-len", "2048", "--enforce-eager", "--port", str(PORT), "--dtype", "bfloat16",
+           "--speculative-config", json.dumps(SPEC)]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
