@@ -35,7 +35,7 @@ from harness.stability import StabilityResult, run_stability
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
 from search.scoring import capacity_of, measure_settings, slo_of
-from search.sequential import MIN_STARTS, compare_paired, family_alpha, rounds_needed, settled
+from search.sequential import MAX_PLANNED_ROUNDS, MIN_STARTS, compare_paired, family_alpha, rounds_needed, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
@@ -253,7 +253,8 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     if missed and not better:
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
                 "a real difference; measured: " + "; ".join(lines) + suffix
-                + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts], len(tops))), None
+                + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts], len(tops),
+                               comparison_alpha(arms))), None
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
@@ -273,20 +274,30 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     return "the default stays best; " + "; ".join(lines) + suffix, None
 
 
-def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], tops: int) -> str:
+def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], tops: int, alpha: float) -> str:
     """How many rounds would likely find the missed slowdown controls' nominal difference at the
-    spread of round differences just measured (the same approximation as every "about N rounds"),
-    and the command that runs them."""
-    needed = []
+    spread of round differences just measured (the plan-aware count of every "about N rounds"), and
+    the command that runs them; when the rounds done should already have found it, that instead."""
+    hints: list[tuple[int, str]] = []
     for arm, verdict in missed:
         fraction = float(arm.control.get("slowdown") or 0.0)
-        if fraction and math.isfinite(verdict.cv) and math.isfinite(verdict.level):
-            needed.append(rounds_needed(verdict.cv, fraction / (1.0 - fraction), 1.0 - verdict.level))
-    rounds = max((n for n in needed if n), default=0)
-    if rounds <= 0:
-        return ""
-    return (f"; at this noise about {rounds} rounds would find the control's difference "
-            f"(`search confirm STUDY --top {tops} --max-rounds {rounds}`)")
+        if not fraction or not math.isfinite(verdict.cv):
+            continue
+        nominal = fraction / (1.0 - fraction)
+        need, done = rounds_needed(verdict.cv, nominal, alpha), verdict.n_a
+        if need is None:
+            hints.append((MAX_PLANNED_ROUNDS + 1, f"; at this noise even {MAX_PLANNED_ROUNDS} rounds would likely "
+                          "not find the control's difference: this host is too noisy for a verdict now"))
+        elif need > done:
+            hints.append((need, f"; at this noise about {need} rounds would find the control's difference "
+                          f"(`search confirm STUDY --top {tops} --max-rounds {need}`)"))
+        else:
+            measured = 100 * (1.0 / verdict.ratio - 1.0) if verdict.ratio > 0 else math.nan
+            hints.append((done + 2, f"; at this noise {done} rounds should have found the control's nominal "
+                          f"{100 * nominal:.0f}%, yet it measured {measured:.0f}%: a chance miss or a blind "
+                          f"measurement, which a repeat tells apart (`search confirm STUDY --top {tops} "
+                          f"--max-rounds {done + 2}`)"))
+    return max(hints)[1] if hints else ""
 
 
 def _unseen_size(best: MetricVerdict, missed: list[MetricVerdict]) -> str:

@@ -54,6 +54,7 @@ from search.gate import (
 )
 
 MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
+MAX_PLANNED_ROUNDS = 20  # the longest plan stored in search/data/paired_boundaries.json
 BOUNDARIES = Path(__file__).resolve().parent / "data" / "paired_boundaries.json"
 PAIRED_SIMS = 200_000
 
@@ -159,13 +160,13 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     half = t_crit * se
     ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
     mde = math.expm1((t_crit + float(special.stdtrit(n - 1, power))) * se)
-    need = rounds_needed(sd, min_effect, p_star, power)
+    need = rounds_needed(sd, min_effect, alpha, power, first=plan[0])
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     spread = paired_spread(la, lb, runs_a, runs_b)
     note = (f"{n} rounds paired x {spread.runs:.2g} runs; {spread.describe()}; "
             f"threshold p < {p_star:.3g}" + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
-    if verdict == "inconclusive" and need is not None and need > n:
-        note += f"; about {need} rounds would settle a {100 * min_effect:.0f}% change at this noise; {spread.advice()}"
+    if verdict == "inconclusive" and (need is None or need > n):
+        note += f"; {_rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise; {spread.advice()}"
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
 
@@ -219,14 +220,28 @@ def paired_spread(la: list[float], lb: list[float], runs_a: Sequence[Sequence[fl
     return PairedSpread(shared, per_start, within, _runs_per_start(runs_a, runs_b))
 
 
-def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, p_threshold: float = DEFAULT_ALPHA,
-                  power: float = DEFAULT_POWER) -> int | None:
-    """Rounds for `power` against a change of min_effect at this spread of within-round differences."""
+def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+                  power: float = DEFAULT_POWER, first: int = MIN_STARTS) -> int | None:
+    """The fewest rounds N whose plan (looks at `first`..N rounds, its stored Pocock threshold at
+    alpha) detects a change of min_effect with `power` at this spread of within-round differences:
+    the smallest N whose `mde` is at most min_effect (t quantiles at N - 1 degrees of freedom).
+    None: not within MAX_PLANNED_ROUNDS. (A normal approximation at the current threshold promised
+    "about 4 rounds" right after 4 rounds had missed the demo's control: at 3 df and p* = 0.011 the
+    t quantile is 2.2x the normal one, and a longer plan lowers p*.)"""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    if not math.isfinite(sd_diff):
+    if not math.isfinite(sd_diff) or min_effect <= 0:
         return None
-    z = float(special.ndtri(1 - p_threshold / 2) + special.ndtri(power))
-    return max(MIN_STARTS, math.ceil((z * sd_diff / math.log1p(min_effect)) ** 2) + 1)
+    target = math.log1p(min_effect)
+    first = max(first, MIN_STARTS)
+    for n in range(first, MAX_PLANNED_ROUNDS + 1):
+        p_star = paired_p_threshold(tuple(range(first, n + 1)), alpha)
+        if (special.stdtrit(n - 1, 1 - p_star / 2) + special.stdtrit(n - 1, power)) * sd_diff / math.sqrt(n) <= target:
+            return n
+    return None
+
+
+def _rounds_text(need: int | None) -> str:
+    return f"about {need} rounds" if need is not None else f"more than {MAX_PLANNED_ROUNDS} rounds"
 
 
 def family_alpha(alpha: float, gated: int) -> float:
