@@ -74,6 +74,8 @@ class Confirmation:
     answer: str
     winner: int | None  # the trial confirmed better than the default, if any
     controls: list[dict[str, Any]] = field(default_factory=list)  # per positive control: its overrides, detected
+    continued_from: int = 0  # rounds of an earlier stored confirmation this one continued (0: none)
+    stages: int = 1  # confirmations in the chain: each spent the study's alpha again
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,28 +91,32 @@ def candidates(records: list[TrialRecord], baseline: int | None, direction: str,
 
 def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord], work_dir: Path,
                      min_rounds: int = MIN_STARTS, max_rounds: int = 6, min_effect: float = 0.03,
-                     progress: Progress = _quiet) -> Confirmation:
+                     progress: Progress = _quiet, earlier: dict[str, Any] | None = None) -> Confirmation:
     """Re-measure `tops`, the space's positive controls and `default` with fresh starts,
-    round-robin, until every comparison is settled or max_rounds."""
+    round-robin, until every comparison is settled or max_rounds. With `earlier` (a stored
+    confirmation, `continuable`), continue its arms and rounds up to max_rounds in all instead.
+
+    A continuation is a second sequential stage: the first stage's plan ended without crossing its
+    boundary, so its false-alarm budget is spent (no threshold for later looks keeps the total at
+    alpha). The new looks (rounds done + 1 .. max_rounds, on all rounds so far) get their own Pocock
+    threshold at alpha, simulated for exactly that plan, and the answer says that over its stages the
+    chance of a false call is at most stages x alpha. Continuing costs the same alpha as a new
+    confirmation and saves its rounds."""
     objective = space.m.objectives[0]
-    if not tops and not space.m.confirm.controls:  # no claim and no power check: every start would be wasted
+    if not tops and not space.m.confirm.controls and not earlier:  # no claim and no power check: all wasted
         answer, _ = _answer([], {}, False, objective.direction)
         return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
                             rounds=0, wall_s=0.0, arms=[], verdicts={}, load=[], contended=False, answer=answer,
                             winner=None)
-    arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params),
-                key=str(r.number)) for r in [default, *tops]]
-    arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **{k: v for k, v in overrides.items()
-                                                                   if k != "slowdown"}},
-                 key=f"control{i + 1}", control=dict(overrides))
-             for i, overrides in enumerate(space.m.confirm.controls)]
-    looks = tuple(range(min_rounds, max_rounds + 1))
+    arms = _arms(space, default, tops) if earlier is None else [Arm(**a) for a in earlier["arms"]]
+    done = int(earlier["rounds"]) if earlier else 0
+    looks = tuple(range(max(min_rounds, done + 1), max_rounds + 1))
     loads: list[LoadWindow] = []
     verdicts: dict[str, MetricVerdict] = {}
     started = time.monotonic()
-    rounds = 0
+    rounds = done
     with Session(progress, keep_server=False) as session:
-        for rnd in range(max_rounds):
+        for rnd in range(done, max_rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
             for arm in (order if rnd % 2 == 0 else order[::-1]):
                 progress(f"confirmation round {rnd + 1}/{max_rounds}: {arm.label}")
@@ -127,18 +133,50 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         for arm in arms[1:]}
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
-    contended = _contended(loads)
+    contended = _contended(loads) or bool(earlier and earlier.get("contended"))
     controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                 for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
     answer += _past_end_caution(tops, winner)
+    stages = int(earlier.get("stages", 1)) + 1 if earlier else 1
+    if earlier:
+        answer += (f" (continued from {done} stored rounds: over its {stages} stages the chance of a false "
+                   f"call is at most {100 * stages * DEFAULT_ALPHA:.0f}%, not {100 * DEFAULT_ALPHA:.0f}%)")
     if note := host_speed_note([w.probe_ms for w in loads]):
         answer += f" ({note})"
+    wall = round(time.monotonic() - started + (float(earlier["wall_s"]) if earlier else 0.0), 1)
     return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
-                        rounds=rounds, wall_s=round(time.monotonic() - started, 1),
-                        arms=[asdict(a) for a in arms], verdicts={k: v.to_dict() for k, v in verdicts.items()},
-                        load=[w.to_dict() for w in loads], contended=contended, answer=answer, winner=winner,
-                        controls=controls)
+                        rounds=rounds, wall_s=wall, arms=[asdict(a) for a in arms],
+                        verdicts={k: v.to_dict() for k, v in verdicts.items()},
+                        load=[*(earlier["load"] if earlier else []), *(w.to_dict() for w in loads)],
+                        contended=contended, answer=answer, winner=winner, controls=controls,
+                        continued_from=done, stages=stages)
+
+
+def _arms(space: Space, default: TrialRecord, tops: list[TrialRecord]) -> list[Arm]:
+    """The default first, then the top configs, then the space's positive controls."""
+    arms = [Arm(r.number, "default" if r.number == default.number else f"#{r.number}", dict(r.params),
+                key=str(r.number)) for r in [default, *tops]]
+    arms += [Arm(-(i + 1), f"control{i + 1}", {**default.params, **{k: v for k, v in overrides.items()
+                                                                   if k != "slowdown"}},
+                 key=f"control{i + 1}", control=dict(overrides))
+             for i, overrides in enumerate(space.m.confirm.controls)]
+    return arms
+
+
+def continuable(earlier: dict[str, Any] | None, metric: str) -> str | None:
+    """Why a stored confirmation cannot be continued, or None when it can: its arms must all have
+    been measured in every round, for the metric the space now ranks by."""
+    if not earlier or not earlier.get("arms"):
+        return "the study has no stored confirmation to continue: run `search confirm` first"
+    if earlier.get("metric") != metric:
+        return f"the stored confirmation measured {earlier.get('metric')}, the space now ranks by {metric}"
+    rounds = int(earlier.get("rounds", 0))
+    short = [a["label"] for a in earlier["arms"] if a.get("failures") or len(a.get("runs", [])) != rounds]
+    if short:
+        return (f"{', '.join(short)} failed or was not measured in every stored round: its rounds cannot be "
+                "paired, so run a new confirmation")
+    return None
 
 
 def _past_end_caution(tops: list[TrialRecord], winner: int | None) -> str:
@@ -253,7 +291,7 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     if missed and not better:
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
                 "a real difference; measured: " + "; ".join(lines) + suffix
-                + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts], len(tops),
+                + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts],
                                comparison_alpha(arms))), None
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
@@ -274,29 +312,31 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     return "the default stays best; " + "; ".join(lines) + suffix, None
 
 
-def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], tops: int, alpha: float) -> str:
-    """How many rounds would likely find the missed slowdown controls' nominal difference at the
-    spread of round differences just measured (the plan-aware count of every "about N rounds"), and
-    the command that runs them; when the rounds done should already have found it, that instead."""
+def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
+    """How many rounds in all would likely find the missed slowdown controls' nominal difference at
+    the spread of round differences just measured (the plan-aware count of every "about N rounds"),
+    and the command that continues this confirmation to them (a second stage: `run_confirmation`);
+    when the rounds done should already have found it, that instead."""
     hints: list[tuple[int, str]] = []
     for arm, verdict in missed:
         fraction = float(arm.control.get("slowdown") or 0.0)
         if not fraction or not math.isfinite(verdict.cv):
             continue
-        nominal = fraction / (1.0 - fraction)
-        need, done = rounds_needed(verdict.cv, nominal, alpha), verdict.n_a
+        nominal, done = fraction / (1.0 - fraction), verdict.n_a
+        need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1)
         if need is None:
             hints.append((MAX_PLANNED_ROUNDS + 1, f"; at this noise even {MAX_PLANNED_ROUNDS} rounds would likely "
                           "not find the control's difference: this host is too noisy for a verdict now"))
-        elif need > done:
-            hints.append((need, f"; at this noise about {need} rounds would find the control's difference "
-                          f"(`search confirm STUDY --top {tops} --max-rounds {need}`)"))
+            continue
+        more = f"`search confirm STUDY --more-rounds {need - done}` continues these {done}"
+        if (rounds_needed(verdict.cv, nominal, alpha) or need) > done:
+            hints.append((need, f"; at this noise about {need} rounds in all would find the control's "
+                                f"difference ({more})"))
         else:
             measured = 100 * (1.0 / verdict.ratio - 1.0) if verdict.ratio > 0 else math.nan
-            hints.append((done + 2, f"; at this noise {done} rounds should have found the control's nominal "
-                          f"{100 * nominal:.0f}%, yet it measured {measured:.0f}%: a chance miss or a blind "
-                          f"measurement, which a repeat tells apart (`search confirm STUDY --top {tops} "
-                          f"--max-rounds {done + 2}`)"))
+            hints.append((need, f"; at this noise {done} rounds should have found the control's nominal "
+                                f"{100 * nominal:.0f}%, yet it measured {measured:.0f}%: a chance miss or a blind "
+                                f"measurement, which more rounds tell apart ({more})"))
     return max(hints)[1] if hints else ""
 
 

@@ -1,5 +1,6 @@
 """`search confirm STUDY`: re-measure the study's top configs beside the default with fresh
 starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report).
+`--more-rounds N` continues the stored confirmation instead (a second stage: search/confirm.py).
 `--stability 30m` then holds the winner at its capacity load and stores the stability run."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -15,6 +17,7 @@ from search.confirm import (
     STABILITY_ATTR,
     Confirmation,
     candidates,
+    continuable,
     run_confirmation,
     run_stability_check,
 )
@@ -26,21 +29,31 @@ from search.terminal import out as console
 
 
 def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: int, max_rounds: int,
-                  progress: object) -> Confirmation | None:
-    """Confirm and store; None when the study has no default trial to compare with."""
+                  progress: object, more_rounds: int = 0) -> Confirmation | None:
+    """Confirm and store; None when the study has no default trial to compare with. `more_rounds`:
+    continue the stored confirmation by up to that many rounds instead (its arms, not the top_k)."""
     view = load_view(study)
     default = view.baseline
     if default is None or default.state != TrialState.COMPLETE:
         return None
     objective = space.m.objectives[0]
-    tops = candidates(view.records, view.baseline_number, objective.direction, top_k)
+    earlier = stored_confirmation(study) if more_rounds else None
+    if more_rounds:
+        if why := continuable(earlier, objective.metric):
+            raise ResultsError(f"cannot continue the confirmation: {why}")
+        assert earlier is not None
+        numbers = {int(a["number"]) for a in earlier["arms"]}
+        tops = [r for r in view.records if r.number in numbers and r.number != default.number]
+        max_rounds = int(earlier["rounds"]) + more_rounds
+    else:
+        tops = candidates(view.records, view.baseline_number, objective.direction, top_k)
     result = run_confirmation(space, default, tops, results_dir / "confirm", max_rounds=max_rounds,
-                              progress=progress)  # type: ignore[arg-type]
+                              progress=progress, earlier=earlier)  # type: ignore[arg-type]
     study.set_user_attr(CONFIRM_ATTR, result.to_dict())
     return result
 
 
-def stored_confirmation(study: optuna.Study) -> dict[str, object] | None:
+def stored_confirmation(study: optuna.Study) -> dict[str, Any] | None:
     data = study.user_attrs.get(CONFIRM_ATTR)
     return data if isinstance(data, dict) else None
 
@@ -70,6 +83,12 @@ def stability_target(view: StudyView, space: Space, winner: int | None) -> Trial
     return tops[0] if tops else None
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of rounds, 1 or more, got {text!r}")
+    return int(text)
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
 
     storage, name = storage_for(args.study, args.storage)
@@ -82,7 +101,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     progress = lambda text: console.print(f"  {text}")  # noqa: E731
     winner = (stored_confirmation(study) or {}).get("winner")
     if not args.stability_only:
-        result = confirm_study(study, space, results_dir, args.top, args.max_rounds, progress)
+        result = confirm_study(study, space, results_dir, args.top, args.max_rounds, progress, args.more_rounds)
         if result is None:
             raise ResultsError("the study has no completed default trial to confirm against")
         console.print(result.answer)
@@ -108,6 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--results", default="results", help="results folder (default: ./results)")
     p.add_argument("--top", type=int, default=2, help="how many of the best configs to confirm (default 2)")
     p.add_argument("--max-rounds", type=int, default=6, help="fresh starts per config at most (default 6)")
+    p.add_argument("--more-rounds", type=positive_int, default=0, metavar="N",
+                   help="continue the stored confirmation (same configs, its rounds kept) by up to N rounds; "
+                        "a second stage with its own false-alarm budget, which the answer states")
     p.add_argument("--stability", type=duration_s, metavar="DURATION",
                    help="then hold the winner (the confirmed one, else the best) at its capacity load for "
                         "DURATION (30m, 90s, 1h): errors, server death, SLO misses, throughput drift")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.natural_end import NaturalEnd
-from search.confirm import Arm, _answer, _past_end_caution, comparison_alpha
+from search.confirm import Arm, _answer, _past_end_caution, comparison_alpha, continuable
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
 from search.sequential import compare_paired
@@ -141,8 +141,9 @@ def test_the_demos_committed_rounds_find_the_ten_percent_control_at_the_claims_l
 def test_a_withheld_verdict_says_how_many_rounds_would_find_the_control() -> None:
     """Demo H (2026-11-28, bench/data/demo_confirmations_20261128.json: three runs a start): the 10%
     control measured 0.87x with round differences of 5.6% sd and was missed at 4 rounds (t = 5.0
-    against 5.56). The answer names the rounds that would likely find it and the command: 10, the
-    plan whose power at that spread is 96% (tests/search/test_sequential.py checks the count)."""
+    against 5.56). The answer names the rounds that would likely find it and the command that
+    continues these 4 rounds to them: 9 in all (tests/search/test_sequential.py checks such counts'
+    power by simulation)."""
     runs = committed_runs("demo_confirmations_20261128.json", "H")
     arms = [Arm(0, "default", {}, key="0"), Arm(8, "#8", {}, key="8"),
             Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
@@ -152,15 +153,15 @@ def test_a_withheld_verdict_says_how_many_rounds_would_find_the_control() -> Non
     assert verdicts["control1"].verdict == "inconclusive" and 0.85 < verdicts["control1"].ratio < 0.89
     answer, winner = _answer(arms, verdicts, contended=False, direction="maximize")
     assert answer.startswith("verdict withheld") and winner is None, answer
-    assert answer.endswith("about 10 rounds would find the control's difference "
-                           "(`search confirm STUDY --top 1 --max-rounds 10`)"), answer
+    assert answer.endswith("about 9 rounds in all would find the control's difference "
+                           "(`search confirm STUDY --more-rounds 5` continues these 4)"), answer
     # Demo L's case: the rounds done had the power for the control's nominal size, yet it measured
     # less; no count at or below the rounds done is promised.
     quiet = {**verdicts, "control1": replace(verdicts["control1"], cv=0.02, ratio=0.95)}
     answer = _answer(arms, quiet, contended=False, direction="maximize")[0]
     assert answer.endswith("4 rounds should have found the control's nominal 11%, yet it measured 5%: a chance "
-                           "miss or a blind measurement, which a repeat tells apart (`search confirm STUDY --top 1 "
-                           "--max-rounds 6`)"), answer
+                           "miss or a blind measurement, which more rounds tell apart (`search confirm STUDY "
+                           "--more-rounds 1` continues these 4)"), answer
     # A control that is no slowdown has no known size: no rounds are promised for it.
     flag = [*arms[:2], Arm(-1, "control1", {}, key="control1", control={"dtype": "float32"})]
     assert "rounds would find" not in _answer(flag, verdicts, contended=False, direction="maximize")[0]
@@ -219,6 +220,19 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
         assert result.controls == [{"key": "control1", "overrides": {"slowdown": 0.5}, "detected": True}]
         assert "positive control (slowdown=0.5)" in result.answer and "found worse" in result.answer
 
+    # Continued by one round: the stored rounds are kept, the new one is paired with them, and the
+    # answer states the two stages' false-alarm bound (each spent alpha 2%).
+    again = confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
+                          progress=lambda _: None, more_rounds=1)
+    assert again is not None and (again.rounds, again.continued_from, again.stages) == (result.rounds + 1,
+                                                                                        result.rounds, 2)
+    assert [arm["runs"][:result.rounds] for arm in again.arms] == [arm["runs"] for arm in result.arms]
+    assert all(len(arm["runs"]) == again.rounds for arm in again.arms) and len(again.load) == 2 * again.rounds
+    control = again.verdicts["control1"]
+    assert control["n_a"] == again.rounds and control["level"] == pytest.approx(1 - DEFAULT_ALPHA)  # one new look
+    assert f"continued from {result.rounds} stored rounds" in again.answer and "at most 4%" in again.answer
+    assert runner.study.user_attrs["confirmation"]["stages"] == 2
+
 
 def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
     """A study whose only feasible config is the default (a one-trial run) has no claim to confirm:
@@ -236,3 +250,14 @@ def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
     assert result.rounds == 0 and result.arms == [] and result.winner is None
     assert result.answer == "nothing to confirm: no feasible config besides the default"
     assert not (tmp_path / "confirm").exists()
+
+
+def test_only_a_stored_confirmation_measured_in_every_round_can_be_continued() -> None:
+    arm = {"number": 0, "label": "default", "params": {}, "key": "0", "control": {}, "runs": [[1.0], [1.1]],
+           "failures": [], "command": ""}
+    stored = {"metric": "single.decode_tok_s", "rounds": 2, "arms": [arm, {**arm, "label": "#3", "key": "3"}]}
+    assert continuable(stored, "single.decode_tok_s") is None
+    assert "no stored confirmation" in (continuable(None, "single.decode_tok_s") or "")
+    assert "ranks by pair.decode_tok_s" in (continuable(stored, "pair.decode_tok_s") or "")
+    failed = {**stored, "arms": [arm, {**arm, "label": "#3", "runs": [[1.0]], "failures": ["did not start"]}]}
+    assert "#3 failed or was not measured in every stored round" in (continuable(failed, "single.decode_tok_s") or "")

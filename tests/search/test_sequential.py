@@ -208,15 +208,16 @@ def test_an_unsettled_verdict_names_the_lever_that_narrows_it() -> None:
     assert "the starts themselves differ" in differing_starts.note and "more rounds will" in differing_starts.note
 
 
-def sequential_power(sd: float, effect: float, alpha: float, rounds: int, sims: int = 20_000) -> float:
-    """The share of simulated paired runs (looks at 3..rounds, the stored threshold) that find a
+def sequential_power(sd: float, effect: float, alpha: float, rounds: int, first: int = 3,
+                     sims: int = 20_000) -> float:
+    """The share of simulated paired runs (looks at first..rounds, that plan's threshold) that find a
     change of `effect` at this spread of within-round differences."""
     from scipy import special
 
-    p_star = paired_p_threshold(tuple(range(3, rounds + 1)), alpha)
+    p_star = paired_p_threshold(tuple(range(first, rounds + 1)), alpha)
     d = np.random.default_rng(5).standard_normal((sims, rounds)) * sd + np.log1p(effect)
     found = np.zeros(sims, dtype=bool)
-    for n in range(3, rounds + 1):
+    for n in range(first, rounds + 1):
         x = d[:, :n]
         t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(n))
         found |= 2 * special.stdtr(n - 1, -np.abs(t)) < p_star
@@ -233,3 +234,30 @@ def test_the_rounds_promised_have_the_power_they_promise(sd: float) -> None:
     assert sequential_power(sd, 0.1111, 0.02, need) >= 0.94
     assert sequential_power(sd, 0.1111, 0.02, need - 1) < 0.95
     assert rounds_needed(0.5, 0.03, 0.02) is None  # beyond the longest stored plan: said, not guessed
+    # A continuation after 4 rounds (looks at 5..N on all rounds so far, search/confirm.py): the same.
+    more = rounds_needed(sd, 0.1111, 0.02, first=5)
+    assert more is not None and more >= 5
+    assert sequential_power(sd, 0.1111, 0.02, more, first=5) >= 0.94
+    if more > 5:
+        assert sequential_power(sd, 0.1111, 0.02, more - 1, first=5) < 0.95
+
+
+def test_a_continued_stage_keeps_its_own_false_alarms_at_alpha() -> None:
+    """The second stage of a confirmation (looks at 5..9 on all rounds so far, after a first stage
+    of 3..4 that did not cross) calls a false change in at most alpha of null runs on its own; with
+    the first stage's, at most 2 alpha (the bound the answer states)."""
+    from scipy import special
+
+    rng = np.random.default_rng(8)
+    d = rng.standard_normal((40_000, 9))
+    first_p, second_p = paired_p_threshold((3, 4), 0.02), paired_p_threshold(tuple(range(5, 10)), 0.02)
+
+    def crossed(looks: range, p_star: float) -> np.ndarray:
+        hit = np.zeros(len(d), dtype=bool)
+        for n in looks:
+            x = d[:, :n]
+            hit |= 2 * special.stdtr(n - 1, -np.abs(x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(n)))) < p_star
+        return hit
+
+    first, second = crossed(range(3, 5), first_p), crossed(range(5, 10), second_p)
+    assert second.mean() <= 0.023 and (first | second).mean() <= 0.042
