@@ -399,6 +399,10 @@ def test_real_study_cli_report(real_study: Path, tmp_path: Path) -> None:
     requests = pd.read_parquet(tmp_path / "pq" / "requests.parquet")
     csv = pd.read_csv(tmp_path / "csv" / "requests.csv")
     assert len(requests) == len(csv) == MEASURED * POINTS * REPEATS * REQUESTS_PER_RUN
+    # The study ran with --no-confirm: there is nothing to continue, said in one line, nothing started.
+    more = search_cli("confirm", str(real_study), "--more-rounds", "2")
+    assert more.returncode == 2 and "no stored confirmation to continue" in more.stderr, more.stderr
+    assert "confirmation round" not in more.stdout
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
