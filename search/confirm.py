@@ -308,8 +308,27 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
     if all(v.verdict in ("unchanged", "inconclusive") for v in tops.values()):
         seen = max((v.mde for v in tops.values() if math.isfinite(v.mde)), default=math.nan)
         could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""
-        return "no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix, None
+        return ("no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix
+                + _narrow_hint([v for v in tops.values() if v.verdict == "inconclusive"], list(controls.values()),
+                               comparison_alpha(arms))), None
     return "the default stays best; " + "; ".join(lines) + suffix, None
+
+
+def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: float) -> str:
+    """For top configs left inconclusive: the rounds in all that would likely see a difference of
+    the size the study claims to detect (its smallest slowdown control), and the command that
+    continues this confirmation to them. Nothing when no slowdown control sizes the claim."""
+    sizes = [float(a.control["slowdown"]) for a in controls if a.control.get("slowdown")]
+    spread = max((v.cv for v in unsettled if math.isfinite(v.cv)), default=math.nan)
+    if not sizes or not math.isfinite(spread):
+        return ""
+    effect, done = min(sizes) / (1.0 - min(sizes)), max(v.n_a for v in unsettled)
+    need = rounds_needed(spread, effect, alpha, first=done + 1)
+    if need is None:
+        return (f"; to see a difference of {100 * effect:.0f}% (the control's nominal size) at this noise would "
+                f"take more than {MAX_PLANNED_ROUNDS} rounds")
+    return (f"; about {need} rounds in all would see a difference of {100 * effect:.0f}% (the control's nominal "
+            f"size) at this noise (`search confirm STUDY --more-rounds {need - done}` continues these {done})")
 
 
 def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:

@@ -261,3 +261,23 @@ def test_only_a_stored_confirmation_measured_in_every_round_can_be_continued() -
     assert "ranks by pair.decode_tok_s" in (continuable(stored, "pair.decode_tok_s") or "")
     failed = {**stored, "arms": [arm, {**arm, "label": "#3", "runs": [[1.0]], "failures": ["did not start"]}]}
     assert "#3 failed or was not measured in every stored round" in (continuable(failed, "single.decode_tok_s") or "")
+
+
+def test_an_undecided_top_config_is_told_how_to_narrow_it() -> None:
+    """Demo M (2026-11-28, bench/data/demo_confirmations_20261128.json, its first 4 rounds): #7 1.07x,
+    CI 0.91-1.27, the control found worse. "No config is distinguishable" is the answer; it adds the
+    rounds that would see the control's nominal difference and the command that continues there."""
+    stored = json.loads((Path(__file__).resolve().parents[2] / "bench" / "data" / "demo_confirmations_20261128.json")
+                        .read_text())
+    first = next(d for d in stored["demos"] if d["demo"] == "M")["confirmation_stage1"]
+    arms = [Arm(**a) for a in first["arms"]]
+    verdicts = {a.key: compare_paired(first["metric"], arms[0].runs, a.runs, direction="higher", min_effect=0.03,
+                                      alpha=comparison_alpha(arms), looks=(3, 4)) for a in arms[1:]}
+    assert verdicts["7"].verdict == "inconclusive" and verdicts["control1"].verdict == "regressed"
+    answer, winner = _answer(arms, verdicts, contended=False, direction="maximize")
+    assert answer.startswith("no config is distinguishable") and winner is None, answer
+    assert answer.endswith("about 10 rounds in all would see a difference of 11% (the control's nominal size) at "
+                           "this noise (`search confirm STUDY --more-rounds 6` continues these 4)"), answer
+    # Without a slowdown control the study claims no size: no rounds are promised.
+    plain = [a for a in arms if not a.control]
+    assert "rounds in all" not in _answer(plain, {"7": verdicts["7"]}, contended=False, direction="maximize")[0]
