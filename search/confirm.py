@@ -133,7 +133,9 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         for arm in arms[1:]}
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
-    contended = _contended(loads) or bool(earlier and earlier.get("contended"))
+    # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
+    windows = [*(earlier["load"] if earlier else []), *(w.to_dict() for w in loads)]
+    contended = _contended(windows)
     controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                 for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
@@ -142,13 +144,13 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     if earlier:
         answer += (f" (continued from {done} stored rounds: over its {stages} stages the chance of a false "
                    f"call is at most {100 * stages * DEFAULT_ALPHA:.0f}%, not {100 * DEFAULT_ALPHA:.0f}%)")
-    if note := host_speed_note([w.probe_ms for w in loads]):
+    if note := host_speed_note([float(w["probe_ms"]) for w in windows]):
         answer += f" ({note})"
     wall = round(time.monotonic() - started + (float(earlier["wall_s"]) if earlier else 0.0), 1)
     return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
                         rounds=rounds, wall_s=wall, arms=[asdict(a) for a in arms],
                         verdicts={k: v.to_dict() for k, v in verdicts.items()},
-                        load=[*(earlier["load"] if earlier else []), *(w.to_dict() for w in loads)],
+                        load=windows,
                         contended=contended, answer=answer, winner=winner, controls=controls,
                         continued_from=done, stages=stages)
 
@@ -266,9 +268,10 @@ def _fixed(params: dict[str, Any]) -> Any:
     return optuna.trial.FixedTrial(params)
 
 
-def _contended(loads: list[LoadWindow]) -> bool:
-    """Contended when other programs' CPU exceeded the threshold in over a quarter of the windows."""
-    return bool(loads) and sum(w.contended for w in loads) > len(loads) / 4
+def _contended(windows: list[dict[str, Any]]) -> bool:
+    """Contended when other programs' CPU exceeded the threshold in over a quarter of the windows
+    (LoadWindow.to_dict() each)."""
+    return bool(windows) and sum(bool(w.get("contended")) for w in windows) > len(windows) / 4
 
 
 def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool,
