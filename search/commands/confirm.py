@@ -49,6 +49,8 @@ def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: i
         tops = candidates(view.records, view.baseline_number, objective.direction, top_k)
     result = run_confirmation(space, default, tops, results_dir / "confirm", max_rounds=max_rounds,
                               progress=progress, earlier=earlier)  # type: ignore[arg-type]
+    # The answer's suggested command names this study, ready to paste.
+    result.answer = result.answer.replace("search confirm STUDY", f"search confirm {study.study_name}")
     study.set_user_attr(CONFIRM_ATTR, result.to_dict())
     return result
 
