@@ -19,28 +19,28 @@ other than ours used a large share of the CPU while we measured.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.capacity import Slo
-from harness.failure import Cause, Failure, TrialFailed
+from harness.failure import TrialFailed
+from harness.fingerprint import MATERIAL, material_differences
 from harness.hostload import LoadMeter, LoadWindow, host_speed_note
 from harness.natural_end import MARK as PAST_END
 from harness.session import RunRequest, Session
 from harness.stability import StabilityResult, run_stability
+from search.fresh_start import fixed_trial, measure_fresh
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
-from search.scoring import capacity_of, measure_settings, slo_of
+from search.scoring import measure_settings, slo_of
 from search.sequential import MAX_PLANNED_ROUNDS, MIN_STARTS, compare_paired, family_alpha, rounds_needed, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
 STABILITY_ATTR = "stability"
-THROTTLE = Path(__file__).resolve().parent.parent / "harness" / "throttle.py"
 Progress = Callable[[str], None]
 
 
@@ -58,6 +58,7 @@ class Arm:
     runs: list[list[float]] = field(default_factory=list)  # per fresh start: the objective's run values
     failures: list[str] = field(default_factory=list)
     command: str = ""
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # material fields (MATERIAL) of its first start
 
 
 @dataclass
@@ -201,71 +202,23 @@ def _detected(verdict: MetricVerdict | None) -> bool:
     return verdict is not None and verdict.verdict == "regressed"
 
 
-def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path,
-                  slowdown: float | None = None, repeats: int | None = None) -> tuple[list[float], str]:
-    """The first objective's per-run values of a config on a fresh server start, and the command.
-    `slowdown`: serve it behind harness/throttle.py --stretch (a positive control); `repeats`: runs
-    per workload (default: the space's measure.repeats).
-    Raises TrialFailed when it cannot be measured."""
-    workload, _, leaf = space.m.objectives[0].metric.partition(".")
-    config = space.sample(_fixed(params))
-    flags, env, _ = space.split(config)
-    engine = space.engine_settings(config.engine)
-    if slowdown:
-        engine = replace(engine, command=(sys.executable, str(THROTTLE), str(slowdown), "--stretch", "--",
-                                          *engine.command))
-    req = RunRequest(engine, space.model_choice(config.model), flags, env, log_dir, fresh=True)
-    metric = space.m.objectives[0].metric
-    if metric.startswith("capacity."):
-        return _capacity_fresh(session, space, req, metric)
-    specs = [w for w in space.curve_specs() if w.name.partition("@")[0] == workload]
-    measured = session.run(req, specs, measure_settings(space, metric, repeats))
-    per_point: list[list[float]] = []
-    for wm in measured.workloads.values():
-        values = [float(s.metrics[leaf]) for s in wm.counted if s.metrics.get(leaf) and not s.errors_by_kind]
-        if not values and leaf in wm.summary:
-            values = [wm.summary[leaf].median]
-        per_point.append([v for v in values if math.isfinite(v) and v > 0])
-    if not per_point or not all(per_point):
-        raise TrialFailed(Failure(Cause.OBJECTIVE_MISSING, f"{workload}.{leaf} was not measured"), measured.command)
-    if len(per_point) == 1:
-        return per_point[0], measured.command
-    # A load ladder: each run's value is the geometric mean over the points (as the curve summary).
-    n = min(len(v) for v in per_point)
-    return [math.exp(sum(math.log(v[i]) for v in per_point) / len(per_point)) for i in range(n)], measured.command
-
-
-def _capacity_fresh(session: Session, space: Space, req: RunRequest, metric: str) -> tuple[list[float], str]:
-    """The capacity search on one fresh start (its later steps reuse that server): one value a start."""
-    keep, session.keep_server = session.keep_server, True
-    try:
-        found = capacity_of(session, req, space, session.progress)
-        command = session.pool.running.command if session.pool.running else ""
-    finally:
-        session.keep_server = keep
-        if not keep:
-            session.pool.release()
-    value = found.metrics().get(metric)
-    if not value:
-        raise TrialFailed(Failure(Cause.OBJECTIVE_MISSING, f"{metric} was not measured (or 0: not even the first "
-                                  f"load met the SLO; {found.limited_by})"), command)
-    return [value], command
-
-
 def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[float]:
+    """One fresh start of the arm; [] when it failed, or when its engine environment is not the one
+    of its earlier starts (a continuation after an engine upgrade): such rounds cannot be paired."""
     try:
-        values, arm.command = measure_fresh(session, space, arm.params, log_dir, arm.control.get("slowdown"),
-                                            space.m.confirm.repeats)
+        fresh = measure_fresh(session, space, arm.params, log_dir, arm.control.get("slowdown"),
+                              space.m.confirm.repeats)
     except TrialFailed as exc:
         arm.failures.append(str(exc))
         return []
-    return values
-
-
-def _fixed(params: dict[str, Any]) -> Any:
-    import optuna
-
-    return optuna.trial.FixedTrial(params)
+    arm.command = fresh.command
+    material = {k: fresh.fingerprint.get(k) for k in MATERIAL}
+    if arm.fingerprint and (changed := material_differences(arm.fingerprint, material)):
+        arm.failures.append("its engine environment is not the one of its earlier rounds (" + "; ".join(changed)
+                            + "): they cannot be paired, run a new confirmation")
+        return []
+    arm.fingerprint = arm.fingerprint or material
+    return fresh.values
 
 
 def _contended(windows: list[dict[str, Any]]) -> bool:
@@ -427,7 +380,7 @@ def run_stability_check(space: Space, record: TrialRecord, work_dir: Path, durat
                         progress: Progress = _quiet) -> StabilityResult:
     """Hold `record`'s config at its capacity (stability_load) for `duration_s` on a fresh start:
     errors, the server's death and its cause, SLO misses, throughput drift (harness/stability.py)."""
-    config = space.sample(_fixed(record.params))
+    config = space.sample(fixed_trial(record.params))
     flags, env, _ = space.split(config)
     req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, work_dir,
                      fresh=True)

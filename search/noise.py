@@ -20,7 +20,7 @@ import optuna
 from harness.failure import TrialFailed
 from harness.hostload import LoadMeter
 from harness.session import Session
-from search.confirm import measure_fresh
+from search.fresh_start import measure_fresh
 from search.sampler import NOISE_ATTR
 from search.space import Space
 
@@ -44,7 +44,7 @@ def probe(session: Session, space: Space, study: optuna.Study, default_params: d
     """Re-measure the default with a fresh start; store the value (and the host load) in the study."""
     meter = LoadMeter().start()
     try:
-        values, _ = measure_fresh(session, space, default_params, work_dir / f"probe-{number:02d}")
+        values = measure_fresh(session, space, default_params, work_dir / f"probe-{number:02d}").values
     except TrialFailed as exc:
         return f"noise probe failed: {exc}"
     finally:

@@ -13,7 +13,7 @@ import yaml
 from harness.natural_end import NaturalEnd
 from search.confirm import Arm, _answer, _past_end_caution, comparison_alpha, continuable
 from search.gate import DEFAULT_ALPHA, MetricVerdict
-from search.results import TrialRecord, TrialState
+from search.results import ResultsError, TrialRecord, TrialState
 from search.sequential import compare_paired
 from search.space import SpaceError, parse_space
 from tests.conftest import Quiet
@@ -232,6 +232,23 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     assert control["n_a"] == again.rounds and control["level"] == pytest.approx(1 - DEFAULT_ALPHA)  # one new look
     assert f"continued from {result.rounds} stored rounds" in again.answer and "at most 4%" in again.answer
     assert runner.study.user_attrs["confirmation"]["stages"] == 2
+    # Each arm keeps its first start's engine fingerprint, and the new start matched it.
+    assert all(arm["fingerprint"]["engine"] == "llamacpp" for arm in again.arms)
+    assert [arm["fingerprint"] for arm in again.arms] == [arm["fingerprint"] for arm in result.arms]
+
+    # An engine that changed between the stages (as if upgraded): its new round cannot be paired with
+    # the stored ones, so the arm fails and nothing is confirmed; such a confirmation is not continued.
+    stored = runner.study.user_attrs["confirmation"]
+    stored["arms"][0]["fingerprint"]["engine_version"] = "an-older-build"
+    runner.study.set_user_attr("confirmation", stored)
+    upgraded = confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
+                             progress=lambda _: None, more_rounds=1)
+    assert upgraded is not None and upgraded.answer.startswith("not confirmed: default failed (its engine "
+                                                               "environment is not the one of its earlier rounds")
+    assert "engine_version: 'an-older-build' !=" in upgraded.answer, upgraded.answer
+    with pytest.raises(ResultsError, match="default failed or was not measured in every stored round"):
+        confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
+                      progress=lambda _: None, more_rounds=1)
 
 
 def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:

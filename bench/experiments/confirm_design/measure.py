@@ -23,7 +23,7 @@ from typing import Any
 from bench.common import default_params
 from harness import Session
 from harness.hostload import LoadMeter
-from search.confirm import measure_fresh
+from search.fresh_start import measure_fresh
 from search.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,7 +45,7 @@ def main(rounds: int, runs: int, aa: bool = False, slowdown: float | None = None
             for label, slow in (arms if rnd % 2 == 0 else arms[::-1]):
                 meter = LoadMeter().start()
                 began = time.monotonic()
-                values, _ = measure_fresh(session, space, default, tmp / f"r{rnd}-{label}", slow, runs)
+                values = measure_fresh(session, space, default, tmp / f"r{rnd}-{label}", slow, runs).values
                 load = meter.stop()
                 rows.append({"round": rnd, "arm": label, "runs": [round(v, 2) for v in values],
                              "wall_s": round(time.monotonic() - began, 1), "probe_ms": load.probe_ms,
