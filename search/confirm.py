@@ -119,14 +119,20 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     with Session(progress, keep_server=False) as session:
         for rnd in range(done, max_rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
+            failed = False
             for arm in (order if rnd % 2 == 0 else order[::-1]):
                 progress(f"confirmation round {rnd + 1}/{max_rounds}: {arm.label}")
                 meter = LoadMeter().start()
                 arm.runs.append(_measure(session, space, arm, work_dir / f"r{rnd:02d}-{arm.label}"))
                 loads.append(meter.stop())
+                # An arm that failed to start or measure leaves nothing to compare this round: the other
+                # arms' starts (12 minutes each for a large model) would be wasted.
+                failed = not arm.runs[-1]
+                if failed:
+                    break
             rounds = rnd + 1
-            if any(not arm.runs[-1] for arm in arms):
-                break  # an arm failed to start or measure: nothing to compare this round
+            if failed:
+                break
             each = comparison_alpha(arms)
             verdicts = {arm.key: compare_paired(objective.metric, arms[0].runs, arm.runs,
                                                 direction="higher" if objective.direction == "maximize"
