@@ -30,7 +30,8 @@ class FreshStart:
 
 def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_dir: Path,
                   slowdown: float | None = None, repeats: int | None = None) -> FreshStart:
-    """The first objective's per-run values of a config on a fresh server start, and the command.
+    """The first objective's per-run values of a config on a fresh server start, with the command it
+    ran and the engine environment's fingerprint (what a continued confirmation checks).
     `slowdown`: serve it behind harness/throttle.py --stretch (a positive control); `repeats`: runs
     per workload (default: the space's measure.repeats).
     Raises TrialFailed when it cannot be measured."""
@@ -82,6 +83,8 @@ def _capacity_fresh(session: Session, space: Space, req: RunRequest, metric: str
 
 
 def fixed_trial(params: dict[str, Any]) -> Any:
+    """Exactly these params, in the form `Space.sample` draws from (optuna imported here: it costs
+    every CLI start that never samples)."""
     import optuna
 
     return optuna.trial.FixedTrial(params)
