@@ -280,17 +280,28 @@ def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: flo
     """For top configs left inconclusive: the rounds in all that would likely see a difference of
     the size the study claims to detect (its smallest slowdown control), and the command that
     continues this confirmation to them. Nothing when no slowdown control sizes the claim."""
-    sizes = [float(a.control["slowdown"]) for a in controls if a.control.get("slowdown")]
+    sizes = [size for a in controls if (size := _nominal_difference(a))]
     spread = max((v.cv for v in unsettled if math.isfinite(v.cv)), default=math.nan)
     if not sizes or not math.isfinite(spread):
         return ""
-    effect, done = min(sizes) / (1.0 - min(sizes)), max(v.n_a for v in unsettled)
+    effect, done = min(sizes), max(v.n_a for v in unsettled)
     need = rounds_needed(spread, effect, alpha, first=done + 1)
     if need is None:
         return (f"; to see a difference of {100 * effect:.0f}% (the control's nominal size) at this noise would "
                 f"take more than {MAX_PLANNED_ROUNDS} rounds")
     return (f"; about {need} rounds in all would see a difference of {100 * effect:.0f}% (the control's nominal "
-            f"size) at this noise (`search confirm STUDY --more-rounds {need - done}` continues these {done})")
+            f"size) at this noise ({_continue_command(need, done)})")
+
+
+def _nominal_difference(arm: Arm) -> float:
+    """How much faster the default is than a slowdown control of fraction F: F / (1 - F); 0 for a
+    control that is no slowdown (its size is not known)."""
+    fraction = float(arm.control.get("slowdown") or 0.0)
+    return fraction / (1.0 - fraction) if fraction else 0.0
+
+
+def _continue_command(need: int, done: int) -> str:
+    return f"`search confirm STUDY --more-rounds {need - done}` continues these {done}"
 
 
 def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
@@ -300,16 +311,15 @@ def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
     when the rounds done should already have found it, that instead."""
     hints: list[tuple[int, str]] = []
     for arm, verdict in missed:
-        fraction = float(arm.control.get("slowdown") or 0.0)
-        if not fraction or not math.isfinite(verdict.cv):
+        nominal, done = _nominal_difference(arm), verdict.n_a
+        if not nominal or not math.isfinite(verdict.cv):
             continue
-        nominal, done = fraction / (1.0 - fraction), verdict.n_a
         need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1)
         if need is None:
             hints.append((MAX_PLANNED_ROUNDS + 1, f"; at this noise even {MAX_PLANNED_ROUNDS} rounds would likely "
                           "not find the control's difference: this host is too noisy for a verdict now"))
             continue
-        more = f"`search confirm STUDY --more-rounds {need - done}` continues these {done}"
+        more = _continue_command(need, done)
         if (rounds_needed(verdict.cv, nominal, alpha) or need) > done:
             hints.append((need, f"; at this noise about {need} rounds in all would find the control's "
                                 f"difference ({more})"))
