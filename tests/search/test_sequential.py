@@ -208,20 +208,24 @@ def test_an_unsettled_verdict_names_the_lever_that_narrows_it() -> None:
     assert "the starts themselves differ" in differing_starts.note and "more rounds will" in differing_starts.note
 
 
+def crossed(d: np.ndarray, looks: range, p_star: float) -> np.ndarray:
+    """Which simulated paired runs (rows of round differences) cross p_star at any of these looks."""
+    from scipy import special
+
+    hit = np.zeros(len(d), dtype=bool)
+    for n in looks:
+        x = d[:, :n]
+        hit |= 2 * special.stdtr(n - 1, -np.abs(x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(n)))) < p_star
+    return hit
+
+
 def sequential_power(sd: float, effect: float, alpha: float, rounds: int, first: int = 3,
                      sims: int = 20_000) -> float:
     """The share of simulated paired runs (looks at first..rounds, that plan's threshold) that find a
     change of `effect` at this spread of within-round differences."""
-    from scipy import special
-
     p_star = paired_p_threshold(tuple(range(first, rounds + 1)), alpha)
     d = np.random.default_rng(5).standard_normal((sims, rounds)) * sd + np.log1p(effect)
-    found = np.zeros(sims, dtype=bool)
-    for n in range(first, rounds + 1):
-        x = d[:, :n]
-        t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(n))
-        found |= 2 * special.stdtr(n - 1, -np.abs(t)) < p_star
-    return float(found.mean())
+    return float(crossed(d, range(first, rounds + 1), p_star).mean())
 
 
 @pytest.mark.parametrize("sd", [0.0368, 0.056])
@@ -246,18 +250,7 @@ def test_a_continued_stage_keeps_its_own_false_alarms_at_alpha() -> None:
     """The second stage of a confirmation (looks at 5..9 on all rounds so far, after a first stage
     of 3..4 that did not cross) calls a false change in at most alpha of null runs on its own; with
     the first stage's, at most 2 alpha (the bound the answer states)."""
-    from scipy import special
-
-    rng = np.random.default_rng(8)
-    d = rng.standard_normal((40_000, 9))
+    d = np.random.default_rng(8).standard_normal((40_000, 9))
     first_p, second_p = paired_p_threshold((3, 4), 0.02), paired_p_threshold(tuple(range(5, 10)), 0.02)
-
-    def crossed(looks: range, p_star: float) -> np.ndarray:
-        hit = np.zeros(len(d), dtype=bool)
-        for n in looks:
-            x = d[:, :n]
-            hit |= 2 * special.stdtr(n - 1, -np.abs(x.mean(axis=1) / (x.std(axis=1, ddof=1) / np.sqrt(n)))) < p_star
-        return hit
-
-    first, second = crossed(range(3, 5), first_p), crossed(range(5, 10), second_p)
+    first, second = crossed(d, range(3, 5), first_p), crossed(d, range(5, 10), second_p)
     assert second.mean() <= 0.023 and (first | second).mean() <= 0.042
