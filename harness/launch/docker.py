@@ -192,7 +192,8 @@ def _check_port(host: str, port: int) -> None:
 def reap_orphans(client: docker.DockerClient) -> list[str]:
     """Remove our containers whose owning flagsearch process is gone (it was SIGKILLed, or the
     machine's flagsearch crashed): the Docker counterpart of the process launcher's watchdog.
-    Containers of a live flagsearch process are left alone. Returns the names removed."""
+    Containers of a live flagsearch process are left alone. Returns the names reaped, by this call or
+    by another process's reaper that was removing them at the same time (two workers starting together)."""
     import psutil
 
     removed = []
@@ -200,9 +201,17 @@ def reap_orphans(client: docker.DockerClient) -> list[str]:
         owner = (container.labels or {}).get(f"{LABEL}.owner_pid", "")
         if owner.isdigit() and psutil.pid_exists(int(owner)):
             continue
-        with contextlib.suppress(docker.errors.DockerException):
+        try:
             container.remove(force=True)
-            removed.append(container.name)
+        except docker.errors.NotFound:
+            pass  # another flagsearch process reaped it between our listing and our removal
+        except docker.errors.APIError as e:
+            # 409 "removal ... is already in progress": another flagsearch process is reaping it.
+            if e.status_code != 409:
+                continue
+        except docker.errors.DockerException:
+            continue
+        removed.append(container.name)
     return removed
 
 
