@@ -195,7 +195,7 @@ class StudyRunner:
         else:
             decision = study_should_stop(study, self.space, self.noise_floor_value())
             if decision.stop:
-                reason = f"nothing left to win: {decision.reason}"
+                reason = decision.reason
         if reason:
             self.reporter.note(f"stopping before the budget: {reason}")
             self._stop(reason)
