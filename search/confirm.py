@@ -1,10 +1,12 @@
 """Confirmation before a verdict: the study's top configs and the default, re-measured with fresh
 server starts, interleaved round-robin (each round starts every arm once, in a rotating order, so
-drift and a noisy neighbour hit all arms alike), judged with the paired sequential test every
-verb uses (each arm's round r against the default's round r: search/sequential.py compare_paired),
-with the false-alarm budget split over the claims (each top config against the default; one study,
-one alpha; a positive control is tested at that same level but is no claim: it is slower by
-construction and cannot make a false alarm), and stopped as soon as every comparison is settled.
+drift and a noisy neighbour hit all arms alike), judged on within-round differences from the
+default with the rounds as blocks of every arm (search/blocked.py: the start noise is estimated
+from all arms' residuals, so 4 rounds of 3 arms give 6 degrees of freedom, not 3; with two arms it
+is the paired test every verb uses), with the false-alarm budget split over the claims (each top
+config against the default; one study, one alpha; a positive control is tested at that same level
+but is no claim: it is slower by construction and cannot make a false alarm), and stopped as soon as
+every comparison is settled.
 
 The positive control (the default behind a known slowdown) proves what the confirmation can see:
 size it at the smallest effect the study claims to detect (the demo: 10%), not at an effect so
@@ -32,11 +34,12 @@ from harness.hostload import LoadMeter, LoadWindow, host_speed_note
 from harness.natural_end import MARK as PAST_END
 from harness.session import RunRequest, Session
 from harness.stability import StabilityResult, run_stability
+from search.blocked import compare_blocked
 from search.fresh_start import fixed_trial, measure_fresh
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
 from search.scoring import measure_settings, slo_of
-from search.sequential import MAX_PLANNED_ROUNDS, MIN_STARTS, compare_paired, family_alpha, rounds_needed, settled
+from search.sequential import MAX_PLANNED_ROUNDS, MIN_STARTS, family_alpha, rounds_needed, settled
 from search.space import Space
 
 CONFIRM_ATTR = "confirmation"
@@ -133,11 +136,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if failed:
                 break
-            each = comparison_alpha(arms)
-            verdicts = {arm.key: compare_paired(objective.metric, arms[0].runs, arm.runs,
-                                                direction="higher" if objective.direction == "maximize"
-                                                else "lower", min_effect=min_effect, alpha=each, looks=looks)
-                        for arm in arms[1:]}
+            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks)
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
     # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
@@ -160,6 +159,16 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                         load=windows,
                         contended=contended, answer=answer, winner=winner, controls=controls,
                         continued_from=done, stages=stages)
+
+
+def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
+          looks: tuple[int, ...]) -> dict[str, MetricVerdict]:
+    """Each arm against the default (arms[0]) at the claims' level, the rounds as blocks of every
+    arm (search/blocked.py), for a plan of looks at these round counts."""
+    runs = [a.runs for a in arms]
+    return {arm.key: compare_blocked(metric, runs, i, direction="higher" if direction == "maximize" else "lower",
+                                     min_effect=min_effect, alpha=comparison_alpha(arms), looks=looks)
+            for i, arm in enumerate(arms) if i}
 
 
 def _arms(space: Space, default: TrialRecord, tops: list[TrialRecord]) -> list[Arm]:
@@ -254,7 +263,7 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
                 "a real difference; measured: " + "; ".join(lines) + suffix
                 + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts],
-                               comparison_alpha(arms))), None
+                               comparison_alpha(arms), len(arms))), None
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
@@ -272,11 +281,11 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""
         return ("no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix
                 + _narrow_hint([v for v in tops.values() if v.verdict == "inconclusive"], list(controls.values()),
-                               comparison_alpha(arms))), None
+                               comparison_alpha(arms), len(arms))), None
     return "the default stays best; " + "; ".join(lines) + suffix, None
 
 
-def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: float) -> str:
+def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: float, blocks: int) -> str:
     """For top configs left inconclusive: the rounds in all that would likely see a difference of
     the size the study claims to detect (its smallest slowdown control), and the command that
     continues this confirmation to them. Nothing when no slowdown control sizes the claim."""
@@ -285,7 +294,7 @@ def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: flo
     if not sizes or not math.isfinite(spread):
         return ""
     effect, done = min(sizes), max(v.n_a for v in unsettled)
-    need = rounds_needed(spread, effect, alpha, first=done + 1)
+    need = rounds_needed(spread, effect, alpha, first=done + 1, arms=blocks)
     if need is None:
         return (f"; to see a difference of {100 * effect:.0f}% (the control's nominal size) at this noise would "
                 f"take more than {MAX_PLANNED_ROUNDS} rounds")
@@ -304,7 +313,7 @@ def _continue_command(need: int, done: int) -> str:
     return f"`search confirm STUDY --more-rounds {need - done}` continues these {done}"
 
 
-def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
+def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float, blocks: int) -> str:
     """How many rounds in all would likely find the missed slowdown controls' nominal difference at
     the spread of round differences just measured (the plan-aware count of every "about N rounds"),
     and the command that continues this confirmation to them (a second stage: `run_confirmation`);
@@ -314,13 +323,13 @@ def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
         nominal, done = _nominal_difference(arm), verdict.n_a
         if not nominal or not math.isfinite(verdict.cv):
             continue
-        need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1)
+        need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1, arms=blocks)
         if need is None:
             hints.append((MAX_PLANNED_ROUNDS + 1, f"; at this noise even {MAX_PLANNED_ROUNDS} rounds would likely "
                           "not find the control's difference: this host is too noisy for a verdict now"))
             continue
         more = _continue_command(need, done)
-        if (rounds_needed(verdict.cv, nominal, alpha) or need) > done:
+        if (rounds_needed(verdict.cv, nominal, alpha, arms=blocks) or need) > done:
             hints.append((need, f"; at this noise about {need} rounds in all would find the control's "
                                 f"difference ({more})"))
         else:

@@ -221,21 +221,25 @@ def paired_spread(la: list[float], lb: list[float], runs_a: Sequence[Sequence[fl
 
 
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
-                  power: float = DEFAULT_POWER, first: int = MIN_STARTS) -> int | None:
+                  power: float = DEFAULT_POWER, first: int = MIN_STARTS, arms: int = 2) -> int | None:
     """The fewest rounds N whose plan (looks at `first`..N rounds, its stored Pocock threshold at
     alpha) detects a change of min_effect with `power` at this spread of within-round differences:
     the smallest N whose `mde` is at most min_effect (t quantiles at N - 1 degrees of freedom).
     None: not within MAX_PLANNED_ROUNDS. (A normal approximation at the current threshold promised
     "about 4 rounds" right after 4 rounds had missed the demo's control: at 3 df and p* = 0.011 the
-    t quantile is 2.2x the normal one, and a longer plan lowers p*.)"""
+    t quantile is 2.2x the normal one, and a longer plan lowers p*.) With `arms` > 2 the rounds are
+    blocks of that many arms (search/blocked.py): (arms - 1)(N - 1) degrees of freedom, its threshold."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+
+    from search.blocked import blocked_p_threshold  # lazily: blocked.py builds on this module
     if not math.isfinite(sd_diff) or min_effect <= 0:
         return None
     target = math.log1p(min_effect)
     first = max(first, MIN_STARTS)
 
     def detects(n: int, p_star: float) -> bool:
-        return float((special.stdtrit(n - 1, 1 - p_star / 2) + special.stdtrit(n - 1, power)) * sd_diff
+        df = max(1, arms - 1) * (n - 1)
+        return float((special.stdtrit(df, 1 - p_star / 2) + special.stdtrit(df, power)) * sd_diff
                      / math.sqrt(n)) <= target
 
     # No plan's threshold exceeds alpha (one look), so the rounds a single look at alpha needs are a lower
@@ -245,7 +249,7 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
     if low is None:
         return None
     return next((n for n in range(low, MAX_PLANNED_ROUNDS + 1)
-                 if detects(n, paired_p_threshold(tuple(range(first, n + 1)), alpha))), None)
+                 if detects(n, blocked_p_threshold(tuple(range(first, n + 1)), alpha, arms))), None)
 
 
 def _rounds_text(need: int | None) -> str:
@@ -420,10 +424,15 @@ def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: i
             looks = tuple(range(min(min_rounds, cap), cap + 1))
             if len(looks) > 1:
                 table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
+    from search.blocked import BLOCKED_SIMS, blocked_table  # lazily: blocked.py builds on this module
+    table.update(blocked_table(alphas[:4], (3, 4), range(min_rounds, min_rounds + 6)))
     BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
     BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
-                                                "simulated null runs per plan, seed 11 (search/sequential.py)",
-                                      "key": "alpha|looks (rounds at each look)", "thresholds": table}, indent=1))
+                                                "simulated null runs per plan, seed 11 (search/sequential.py); "
+                                                f"|arms=K: the blocked test of K arms, {BLOCKED_SIMS} runs, seed 13 "
+                                                "(search/blocked.py)",
+                                      "key": "alpha|looks (rounds at each look)[|arms=K]", "thresholds": table},
+                                     indent=1))
     return table
 
 

@@ -1,4 +1,4 @@
-"""python -m bench.calibrate {measure,analyze,confirmations,gpu,power,simulate,errors}: see
+"""python -m bench.calibrate {measure,analyze,confirmations,rejudge,gpu,power,simulate,errors}: see
 bench/calibrate/__init__.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.calibrate import confirmations, live, power, replay, simulate
+from bench.calibrate import confirmations, live, power, rejudge, replay, simulate
 from bench.common import DATA
 from search.baseline import parse_assignments
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--runs", default="1,3", help="rotated-rounds files: runs per start to replay with")
     c = sub.add_parser("confirmations", help="paired noise of stored `search run` confirmations (rounds)")
     c.add_argument("paths", nargs="+", type=Path)
+    r = sub.add_parser("rejudge", help="stored confirmations judged by the paired and the blocked test")
+    r.add_argument("paths", nargs="+", type=Path)
     g = sub.add_parser("gpu", help="the gate replayed on the H100 calibration CSV")
     g.add_argument("path", nargs="?", type=Path, default=DATA / "gpu_calib_h100.csv")
     g.add_argument("--caps", default="6,10")
@@ -75,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         print(analyze(args.paths, _ints(args.caps), _ints(args.runs)))
     elif args.cmd == "confirmations":
         print(confirmations.table(args.paths))
+    elif args.cmd == "rejudge":
+        print(rejudge.table(args.paths))
     elif args.cmd == "gpu":
         print(replay.gpu_replay(args.path, _ints(args.caps), _ints(args.runs)))
     elif args.cmd == "errors":

@@ -1,6 +1,8 @@
 """The confirmation's design from measured noise: fits the components of rows.json (measure.py)
 and simulates the demo's confirmation (its default, a top config and the 10% positive control,
-the product's own paired sequential test and stop rule) for each affordable design.
+the product's own sequential test and stop rule: search/confirm.py `judge`, since 2026-11-29 the
+blocked test of search/blocked.py; design.txt and design_aa.txt were printed with the paired test
+before it, design_blocked.txt and design_aa_blocked.txt with it) for each affordable design.
 
     python -m bench.experiments.confirm_design.design [SIMS] [ROWS]
 
@@ -22,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search.confirm import Arm, comparison_alpha
-from search.sequential import MIN_STARTS, compare_paired, settled
+from search.confirm import Arm, judge
+from search.sequential import MIN_STARTS, settled
 
 HERE = Path(__file__).parent
 ARMS = 3  # the demo's: the default, its top config, the positive control
@@ -66,7 +68,6 @@ def simulate(c: dict[str, float], runs: int, rounds: int, top: float, sims: int,
     """The demo's confirmation `sims` times, its top config `top` (log) from the default: the shares
 in which the control was found worse, the verdict withheld and the top found better; mean rounds."""
     rng = np.random.default_rng(seed)
-    alpha = comparison_alpha_for_demo()
     looks = tuple(range(MIN_STARTS, rounds + 1))
     found = withheld = improved = used = 0
     for _ in range(sims):
@@ -74,9 +75,11 @@ in which the control was found worse, the verdict withheld and the top found bet
         starts = {a: np.exp(mu + rng.normal(0, c["start_sd"], rounds)[:, None]
                             + rng.normal(0, c["run_sd"], (rounds, runs))) for a, mu in truth.items()}
         for n in range(MIN_STARTS, rounds + 1):
-            v = {a: compare_paired("x.decode_tok_s", starts["default"][:n].tolist(), starts[a][:n].tolist(),
-                                   direction="higher", min_effect=0.03, alpha=alpha, looks=looks)
-                 for a in ("top", "control")}
+            arms = [Arm(0, "default", {}, key="default", runs=starts["default"][:n].tolist()),
+                    Arm(1, "#1", {}, key="top", runs=starts["top"][:n].tolist()),
+                    Arm(-1, "control1", {}, key="control", control={"slowdown": 0.1},
+                        runs=starts["control"][:n].tolist())]
+            v = judge(arms, "x.decode_tok_s", "maximize", 0.03, looks)
             if all(settled(x) for x in v.values()) or n == rounds:
                 break
         detected = v["control"].verdict == "regressed"
@@ -86,12 +89,6 @@ in which the control was found worse, the verdict withheld and the top found bet
         used += n
     return {"control_found": found / sims, "withheld": withheld / sims, "top_improved": improved / sims,
             "rounds": used / sims}
-
-
-def comparison_alpha_for_demo() -> float:
-    """The level of each comparison in the demo: one claim (its top config), one control."""
-    arms = [Arm(0, "default", {}), Arm(1, "#1", {}), Arm(-1, "control1", {}, control={"slowdown": 0.1})]
-    return comparison_alpha(arms)
 
 
 def main(sims: int, name: str) -> None:

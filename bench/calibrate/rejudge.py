@@ -1,0 +1,88 @@
+"""Stored confirmations judged again: each arm against the default with the paired test (one
+arm's within-round differences, n - 1 degrees of freedom) and with the blocked test the
+confirmation now uses (search/blocked.py: the start noise pooled over all arms of the rounds),
+on the same rounds, plan of looks and level. Prints, per arm, both intervals and verdicts and the
+ratio of their widths (log scale), then each confirmation's answer under both."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from bench.calibrate.confirmations import load
+from search.confirm import Arm, _answer, comparison_alpha, judge
+from search.gate import MetricVerdict
+from search.sequential import compare_paired
+
+LOOKS = re.compile(r"looks at (\d+)\.\.(\d+) rounds")
+
+
+def plan(confirmation: dict[str, Any]) -> tuple[int, ...]:
+    """The looks the stored verdicts were judged at (their note), else the rounds done alone."""
+    for v in confirmation["verdicts"].values():
+        if m := LOOKS.search(v.get("note", "")):
+            return tuple(range(int(m.group(1)), int(m.group(2)) + 1))
+    return (int(confirmation["rounds"]),)
+
+
+def paired(arms: list[Arm], metric: str, direction: str, looks: tuple[int, ...]) -> dict[str, MetricVerdict]:
+    return {a.key: compare_paired(metric, arms[0].runs, a.runs, direction="higher" if direction == "maximize"
+                                  else "lower", min_effect=0.03, alpha=comparison_alpha(arms), looks=looks)
+            for a in arms[1:]}
+
+
+def _width(v: MetricVerdict) -> float:
+    return math.log(v.ci_high / v.ci_low) if v.ci_low > 0 else math.nan
+
+
+def _ci(v: MetricVerdict) -> str:
+    return f"{v.ratio:.2f}x ({v.ci_low:.2f}-{v.ci_high:.2f}) {v.verdict}"
+
+
+def confirmations(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, confirmation) of every stored confirmation; of a demo file's demos, their earlier
+    stages too (e.g. "M confirmation_stage1": the first 4 rounds a continuation extended)."""
+    out = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        if "demos" not in data:
+            out += [(f"{path.stem}[{i}]", c) for i, c in enumerate(load(path))]
+            continue
+        for demo in data["demos"]:
+            out += [(f"{demo['demo']}" + ("" if key == "confirmation" else f" {key}"), c)
+                    for key, c in demo.items() if isinstance(c, dict) and c.get("arms")]
+    return out
+
+
+def table(paths: list[Path]) -> str:
+    lines = ["| confirmation | rounds (looks) | arm | paired test | blocked test | width blocked / paired |",
+             "|---|---|---|---|---|---|"]
+    answers = []
+    ratios = []
+    for name, c in confirmations(paths):
+        arms = [Arm(**a) for a in c["arms"]]
+        if any(a.failures for a in arms) or len(arms) < 3:
+            continue
+        looks = plan(c)
+        old, new = paired(arms, c["metric"], c["direction"], looks), judge(arms, c["metric"], c["direction"], 0.03,
+                                                                          looks)
+        level = f"{100 * next(iter(new.values())).level:.3g}%"
+        labels = {a.key: a.label for a in arms}
+        for key in old:
+            ratio = _width(new[key]) / _width(old[key])
+            ratios.append(ratio)
+            lines.append(f"| {name} | {c['rounds']} ({looks[0]}..{looks[-1]}), {level} | {labels[key]} | "
+                         f"{_ci(old[key])} | {_ci(new[key])} | {ratio:.2f} |")
+        answers.append(f"- {name}: paired: {_head(_answer(arms, old, False, c['direction'])[0])}; "
+                       f"blocked: {_head(_answer(arms, new, False, c['direction'])[0])}")
+    ratios.sort()
+    mid = ratios[len(ratios) // 2] if ratios else math.nan
+    return "\n".join([*lines, "", f"median width ratio {mid:.2f} over {len(ratios)} comparisons", "", *answers])
+
+
+def _head(answer: str) -> str:
+    """The answer's verdict, without its per-arm list."""
+    return answer.split(";")[0].split(": #")[0] if not answer.startswith("confirmed") else answer.split(";")[0]
