@@ -145,7 +145,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                 for a in arms if a.control]
     answer, winner = _answer(arms, verdicts, contended, objective.direction)
-    answer += _past_end_caution(tops, winner)
+    answer += _past_end_caution(tops, winner, objective.metric)
     stages = int(earlier.get("stages", 1)) + 1 if earlier else 1
     if earlier:
         answer += (f" (continued from {done} stored rounds: over its {stages} stages the chance of a false "
@@ -197,11 +197,19 @@ def continuable(earlier: dict[str, Any] | None, metric: str) -> str | None:
     return None
 
 
-def _past_end_caution(tops: list[TrialRecord], winner: int | None) -> str:
+def _past_end_caution(tops: list[TrialRecord], winner: int | None, metric: str) -> str:
     """A confirmed winner whose trial found its speculative acceptance differ past the answers' own
-    ends (harness/natural_end.py): its speed on real traffic may differ from the window's."""
+    ends (harness/natural_end.py): its speed on real traffic may differ from the window's. A note
+    from another workload than the one the answer ranks by (`metric`'s) says so: demo O's came from
+    the single stream while its answer ranked four streams."""
     notes = [w for r in tops if r.number == winner for w in r.warnings if PAST_END in w]
-    return f"; caution, from its trial: {notes[0]}" if notes else ""
+    if not notes:
+        return ""
+    workload = metric.split(".")[0]
+    own = [w for w in notes if w.startswith(f"{workload}:")]
+    if own:
+        return f"; caution, from its trial: {own[0]}"
+    return f"; caution, from its trial's other workload (the answer ranks {workload}): {notes[0]}"
 
 
 def comparison_alpha(arms: list[Arm], alpha: float = DEFAULT_ALPHA) -> float:

@@ -78,10 +78,13 @@ def test_a_winner_whose_trial_saw_speculation_flattered_past_the_answers_ends_ca
                        warnings=["four_streams: something else", f"four_streams: {flattered}"])
     plain = TrialRecord(number=5, state=TrialState.COMPLETE, params={}, engine="vllm", model="m",
                         warnings=["four_streams: something else"])
-    caution = _past_end_caution([spec, plain], winner=3)
+    caution = _past_end_caution([spec, plain], winner=3, metric="four_streams.decode_tok_s")
     assert caution.startswith("; caution, from its trial: four_streams: speculative acceptance 80% in the window")
-    assert _past_end_caution([spec, plain], winner=5) == ""  # only the winner's own trial speaks
-    assert _past_end_caution([spec, plain], winner=None) == ""
+    assert _past_end_caution([spec, plain], winner=5, metric="four_streams.decode_tok_s") == ""  # the winner's own
+    assert _past_end_caution([spec, plain], winner=None, metric="four_streams.decode_tok_s") == ""
+    # Demo O: the note came from the single stream, the answer ranked four streams; it says so.
+    other = _past_end_caution([spec, plain], winner=3, metric="single.decode_tok_s")
+    assert other.startswith("; caution, from its trial's other workload (the answer ranks single): four_streams: ")
 
 
 def test_a_slowdown_control_clearly_beyond_its_nominal_size_says_what_power_it_shows() -> None:
