@@ -51,9 +51,6 @@ ADAPTIVE = True
 CONTENTION = 0.1
 STATED_FLOOR = 0.05  # the space schema's default measure.noise_floor: every arm's noise prior
 EXHAUSTED_AFTER = 25
-# The demo's budget (spaces/smollm2-cpu.yaml: budget.trials; a test holds them equal) and its design size.
-DEMO_TRIALS = 10
-DEMO_DESIGN = 4
 STOP_SHARE: float | None = None  # None: search/stopping.py's
 N_DESIGN: int | None = None  # None: search/sampler.py's default_design_size
 MIN_RESULTS: int | None = None  # None: search/stopping.py's study_should_stop (one per param, plus two)
@@ -393,55 +390,3 @@ def verdict(entry: dict[str, Any], level: str = "0.05", arm: str = "flagsearch +
     return (f"At {said}: {arm} picks a best-equivalent config in {100 * pick:.0f}% of "
             f"runs (goal >= 90%: {'met' if pick >= 0.9 else 'missed'}) with {starts:g} starts at the median, "
             f"{100 * share:.0f}% of the grid (goal <= 25%: {'met' if share <= 0.25 else 'missed'}); {versus}.")
-
-
-def demo_pick(table: Table, values: np.ndarray, seed: int, default: int, trials: int, design: int) -> int | None:
-    """A replay of `make demo`'s own budget: the default first, `design` space-filling configs, then
-    configs guided by the model until `trials` starts; the pick is the ranking's best measured config
-    (the one the demo's confirmation re-measures against the default; at the demo's 2-3x effects
-    it was confirmed in every live run). None when nothing was measured."""
-    run = Run(table, values)
-    run.measure(default)
-    rows = [r for r in latin_design(run.dists, design * 4, seed) if tuple(r.values()) in run.index]
-    for row in [r for r in rows if run.index[tuple(r[p] for p in table.params)] != default][:design]:
-        run.measure(run.index[tuple(row[p] for p in table.params)])
-    rng = np.random.default_rng(seed)
-    while run.untried() and run.starts < trials:
-        guided_step(run, rng)
-    measured = [(o.value, run.index[tuple(o.params[p] for p in table.params)]) for o in run.observed
-                if o.value is not None]
-    return max(measured)[1] if measured else None
-
-
-def demo_report(path: Path, default: dict[str, Any], levels: list[str], seeds: int, trials: int = DEMO_TRIALS,
-                design: int = DEMO_DESIGN, within: float = 0.05, level: int | None = None) -> str:
-    """Per noise level: how often the demo's pick is within `within` of the table's best median at
-    `level` (default: the table's highest load level), over `seeds` replays."""
-    from bench.replay import load_table
-
-    table = load_table(path)
-    table.judge(0.03)
-    noise = Noise(table, measured_runs(path, table))
-    key = tuple(typed_cell(str(default[p])) for p in table.params)
-    if key not in table.points:
-        raise SystemExit(f"{path}: the default {default} is not a measured config of the table")
-    lv = level or max(table.levels)
-    best = max(pts[lv].median for pts in table.points.values() if lv in pts)
-    lines = [f"demo budget on {table.name}: default + {design} space-filling + {trials - 1 - design} guided = "
-             f"{trials} starts, the ranking's best is the pick; within {100 * within:.0f}% of the best median "
-             f"at load {lv} ({best:.4g}); {seeds} seeds", "",
-             "| start noise | picks within | share | picks (config: count) |", "|---|---|---|---|"]
-    for name in levels:
-        sd = level_sd(name, noise)
-        picks: dict[int, int] = {}
-        for s in range(seeds):
-            i = demo_pick(table, noise.draws(s, sd), s, table.configs.index(key), trials, design)
-            if i is not None:
-                picks[i] = picks.get(i, 0) + 1
-        near = sum(n for i, n in picks.items()
-                   if table.points.get(table.configs[i], {}).get(lv) is not None
-                   and table.points[table.configs[i]][lv].median >= (1 - within) * best)
-        top = ", ".join(f"{'/'.join(str(x) for x in table.configs[i])}: {n}"
-                        for i, n in sorted(picks.items(), key=lambda kv: -kv[1])[:4])
-        lines.append(f"| {name} ({100 * sd:.1f}%) | {near} of {seeds} | {100 * near / seeds:.0f}% | {top} |")
-    return "\n".join(lines)

@@ -423,7 +423,7 @@ def main() -> None:
                         "from this default config instead (repeat per param): picks within 5%% of the best")
     args = parser.parse_args()
     if args.demo:
-        from bench.noisy_replay import demo_report
+        from bench.demo_replay import demo_report
         from search.baseline import parse_assignments
 
         for path in args.tables:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import noisy_replay, replay
+from bench import demo_replay, noisy_replay, replay
 from bench.common import typed_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,12 +45,12 @@ def test_the_demo_budget_replay_measures_the_default_first_and_picks_the_ranking
     default = {"enforce_eager": False, "dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
                "omp_threads_bind": "auto"}
     i = table.configs.index(tuple(typed_cell(str(default[p])) for p in table.params))  # as the CSV reads back
-    pick = noisy_replay.demo_pick(table, noise.draws(0, 0.05), 0, i, trials=8, design=4)
+    pick = demo_replay.demo_pick(table, noise.draws(0, 0.05), 0, i, trials=8, design=4)
     assert pick is not None and table.configs[pick] in table.points
-    text = noisy_replay.demo_report(VLLM, default, ["0"], seeds=2, trials=len(table.configs), design=4)
-    assert "| 0 (0.0%) | 2 of 2 | 100% |" in text, text
+    text = demo_replay.demo_report(VLLM, default, ["0"], seeds=2, trials=len(table.configs), design=4)
+    assert "| 0 (0.0%) | 2 of 2 (100%) | 2 of 2 (100%) |" in text, text
     with pytest.raises(SystemExit, match="not a measured config"):
-        noisy_replay.demo_report(VLLM, {**default, "max_num_seqs": 7}, ["0"], seeds=1)
+        demo_replay.demo_report(VLLM, {**default, "max_num_seqs": 7}, ["0"], seeds=1)
 
 
 def test_the_demo_replay_replays_the_demo_spaces_budget() -> None:
@@ -60,5 +60,18 @@ def test_the_demo_replay_replays_the_demo_spaces_budget() -> None:
     from search.space import load_space
 
     demo = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
-    assert demo.m.budget.trials == noisy_replay.DEMO_TRIALS
-    assert default_design_size(demo) == noisy_replay.DEMO_DESIGN
+    assert demo.m.budget.trials == demo_replay.DEMO_TRIALS
+    assert default_design_size(demo) == demo_replay.DEMO_DESIGN
+    confirm = demo.m.confirm
+    assert (confirm.max_rounds, confirm.repeats) == (demo_replay.DEMO_ROUNDS, demo_replay.DEMO_REPEATS)
+    assert confirm.controls == [{"slowdown": demo_replay.DEMO_CONTROL}]
+
+
+def test_the_demo_confirmation_replay_confirms_a_clear_winner_and_keeps_the_default_otherwise() -> None:
+    """The demo's confirmation replayed with the product's test and answer: a top config 30% faster
+    than the default is confirmed; one equal to it almost never is (the study's alpha is 2%)."""
+    table = replay.load_table(VLLM)
+    noise = noisy_replay.Noise(table, noisy_replay.measured_runs(VLLM, table))
+    assert demo_replay.demo_confirm({"default": 100.0, "top": 130.0}, noise, 0.02, 0) == (True, False)
+    equal = [demo_replay.demo_confirm({"default": 100.0, "top": 100.0}, noise, 0.02, s) for s in range(20)]
+    assert sum(won for won, _ in equal) <= 1, equal

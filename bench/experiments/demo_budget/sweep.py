@@ -1,4 +1,4 @@
-"""The demo's budget, replayed on the window tables (bench/noisy_replay.py: demo_report): how often
+"""The demo's budget, replayed on the window tables (bench/demo_replay.py: demo_report): how often
 the ranking's best is within 5% of the table's best median at four streams, per (trials, design
 size) and start noise, over 100 seeds; the default is the demo space's.
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from bench.common import default_params
-from bench.noisy_replay import demo_report
+from bench.demo_replay import demo_report
 from search.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +32,8 @@ def main(tables: list[Path]) -> dict[str, dict[str, list[int]]]:
         out[table.name] = {}
         for trials, design in BUDGETS:
             text = demo_report(table, default, list(LEVELS), SEEDS, trials=trials, design=design)
-            shares = [int(n) for n in re.findall(rf"\| (\d+) of {SEEDS} \|", text)]
+            # The ranking's best column (the first count of each row).
+            shares = [int(n) for n in re.findall(rf"^\| [^|]+ \| (\d+) of {SEEDS} ", text, flags=re.M)]
             out[table.name][f"{trials} trials, design {design}"] = shares
             print(table.name, trials, design, dict(zip(LEVELS, shares, strict=True)), flush=True)
     return out
