@@ -46,6 +46,7 @@ from search.sequential import (
 )
 
 BLOCKED_SIMS = 200_000
+CHUNK = 25_000
 
 
 def round_matrix(arms_runs: Sequence[Sequence[Sequence[float]]]) -> np.ndarray:
@@ -91,8 +92,12 @@ def _null_p_values(looks: tuple[int, ...], arms: int, sims: int = BLOCKED_SIMS, 
     """`p_values` of simulated null confirmations (the arms are exchangeable under no change, so arm 1
     against arm 0 stands for every arm). Every plan draws the same MAX_PLANNED_ROUNDS rounds, so a
     plan's threshold is the same whether simulated alone or within the stored table."""
-    x = np.random.default_rng(seed).standard_normal((sims, arms, max(MAX_PLANNED_ROUNDS, looks[-1])))
-    return p_values(x, looks)
+    # In chunks (the same draws as one: the generator fills them in order): one array of all of them
+    # took 720 MB at 4 arms, too much for a CLI on a small box.
+    rng = np.random.default_rng(seed)
+    rounds = max(MAX_PLANNED_ROUNDS, looks[-1])
+    return np.concatenate([p_values(rng.standard_normal((min(CHUNK, sims - i), arms, rounds)), looks)
+                           for i in range(0, sims, CHUNK)])
 
 
 def _simulate_blocked(looks: tuple[int, ...], alpha: float, arms: int) -> float:
