@@ -14,7 +14,9 @@ speculative config whose acceptance varies) would get too narrow an interval: ea
 is the larger of its own within-round differences' and the pooled one, so no arm is judged quieter
 than it measured. Under equal noise that is conservative; the sequential threshold (a Pocock
 boundary on p values, as the paired test's) is simulated for exactly this statistic, so the chance
-that any look crosses it under no change is alpha. With two arms it is the paired test.
+that any look crosses it under no change is alpha. The interval's label, 1 - p*, is then a lower
+bound on its coverage at a look (simulated: a single look labelled 97.4% covers 98.0%; the demo's plan
+of looks at 3 and 4 rounds, labelled 98.5%, covers 98.8% at each). With two arms it is the paired test.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from search.sequential import (
     _plan_key,
     _stored_boundaries,
     compare_paired,
+    paired_p_threshold,
     rounds_needed,
     start_values,
 )
@@ -133,7 +136,6 @@ def blocked_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, ar
     """Nominal two-sided p threshold of the blocked statistic with `arms` arms looked at after these
     round counts, overall false-alarm probability alpha under no change: the stored table, else
     simulated (seeded). Two arms: the paired test's threshold."""
-    from search.sequential import paired_p_threshold
     looks = tuple(sorted(set(n for n in looks if n >= 2)))
     if arms <= 2:
         return paired_p_threshold(looks, alpha)
