@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # control's slowdown; a test holds them equal) and the design size its sampler gives it.
 DEMO_TRIALS = 10
 DEMO_DESIGN = 4
-DEMO_ROUNDS = 4
+DEMO_ROUNDS = 6
 DEMO_REPEATS = 3
 DEMO_CONTROL = 0.1
 
