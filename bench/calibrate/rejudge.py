@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def confirmations(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def table(paths: list[Path]) -> str:
-    lines = ["| confirmation | rounds (looks) | arm | paired test | blocked test | width blocked / paired |",
+    lines = ["| confirmation | rounds (looks), the blocked interval's level | arm | paired test | blocked test "
+             "| width blocked / paired |",
              "|---|---|---|---|---|---|"]
     answers = []
     ratios = []
@@ -78,8 +80,7 @@ def table(paths: list[Path]) -> str:
                          f"{_ci(old[key])} | {_ci(new[key])} | {ratio:.2f} |")
         answers.append(f"- {name}: paired: {_head(_answer(arms, old, False, c['direction'])[0])}; "
                        f"blocked: {_head(_answer(arms, new, False, c['direction'])[0])}")
-    ratios.sort()
-    mid = ratios[len(ratios) // 2] if ratios else math.nan
+    mid = statistics.median(ratios) if ratios else math.nan
     return "\n".join([*lines, "", f"median width ratio {mid:.2f} over {len(ratios)} comparisons", "", *answers])
 
 
