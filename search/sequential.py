@@ -242,14 +242,23 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
         return float((special.stdtrit(df, 1 - p_star / 2) + special.stdtrit(df, power)) * sd_diff
                      / math.sqrt(n)) <= target
 
-    # No plan's threshold exceeds alpha (one look), so the rounds a single look at alpha needs are a lower
-    # bound: plans below it are never simulated (a plan missing from the stored table costs ~0.5 s, and a
-    # noisy spread walked all 16 up to the cap: 9 s for one verdict).
-    low = next((n for n in range(first, MAX_PLANNED_ROUNDS + 1) if detects(n, alpha)), None)
+    # No plan ending at N has a higher threshold than a single look at N: alpha for the paired test, at most
+    # 1.4 alpha for the blocked one (simulated, 3-8 arms; 2 alpha is taken), so the rounds a single look
+    # at that level needs are a lower bound, found without simulating. Above it, a bisection (power grows
+    # with N; N = MAX_PLANNED_ROUNDS + 1 stands for "none"): a plan missing from the stored table costs
+    # 0.3-3 s, and walking every count up to the cap took 9-10 s for one hint.
+    ceiling = alpha if arms <= 2 else 2 * alpha
+    low = next((n for n in range(first, MAX_PLANNED_ROUNDS + 1) if detects(n, ceiling)), None)
     if low is None:
         return None
-    return next((n for n in range(low, MAX_PLANNED_ROUNDS + 1)
-                 if detects(n, blocked_p_threshold(tuple(range(first, n + 1)), alpha, arms))), None)
+    lo, hi = low, MAX_PLANNED_ROUNDS + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if detects(mid, blocked_p_threshold(tuple(range(first, mid + 1)), alpha, arms)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi if hi <= MAX_PLANNED_ROUNDS else None
 
 
 def _rounds_text(need: int | None) -> str:
