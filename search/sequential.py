@@ -434,7 +434,7 @@ def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: i
             if len(looks) > 1:
                 table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
     from search.blocked import BLOCKED_SIMS, blocked_table  # lazily: blocked.py builds on this module
-    table.update(blocked_table(alphas[:4], (3, 4), range(min_rounds, min_rounds + 6)))
+    table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
     BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
     BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
                                                 "simulated null runs per plan, seed 11 (search/sequential.py); "
