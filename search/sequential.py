@@ -30,18 +30,23 @@ in the same rounds, e.g. a stored baseline against today's measurement.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.stats import clopper_pearson, variance_components
+from search.boundaries import (
+    BOUNDARIES,
+    MAX_PLANNED_ROUNDS,
+    MIN_STARTS,
+    blocked_p_threshold,
+    sequential_p_threshold,
+    write_boundaries,
+)
 from search.gate import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -52,69 +57,6 @@ from search.gate import (
     decide,
     metric_direction,
 )
-
-MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
-MAX_PLANNED_ROUNDS = 20  # the longest plan stored in search/data/paired_boundaries.json
-BOUNDARIES = Path(__file__).resolve().parent / "data" / "paired_boundaries.json"
-PAIRED_SIMS = 200_000
-
-
-@lru_cache(maxsize=64)
-def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = 200_000,
-                           seed: int = 7) -> float:
-    """Nominal two-sided p threshold for looks at these starts-per-side counts, with an overall
-    false-alarm probability alpha under no change (Monte Carlo, seeded: the same plan always gets
-    the same threshold)."""
-    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    looks = tuple(sorted(set(n for n in looks if n >= 2)))
-    if len(looks) <= 1:
-        return alpha
-    rng = np.random.default_rng(seed)
-    top = looks[-1]
-    a, b = rng.standard_normal((sims, top)), rng.standard_normal((sims, top))
-    min_p = np.ones(sims)
-    for n in looks:
-        xa, xb = a[:, :n], b[:, :n]
-        pooled = np.sqrt((xa.var(axis=1, ddof=1) + xb.var(axis=1, ddof=1)) / 2 * (2 / n))
-        t = (xb.mean(axis=1) - xa.mean(axis=1)) / pooled
-        min_p = np.minimum(min_p, 2 * special.stdtr(2 * n - 2, -np.abs(t)))
-    return float(np.quantile(min_p, alpha))
-
-
-def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
-    return f"{alpha:.6g}|{','.join(map(str, looks))}"
-
-
-@lru_cache(maxsize=1)
-def _stored_boundaries() -> dict[str, float]:
-    try:
-        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())["thresholds"].items()}
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
-def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
-    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    rng = np.random.default_rng(seed)
-    d = rng.standard_normal((sims, looks[-1]))
-    min_p = np.ones(sims)
-    for n in looks:
-        x = d[:, :n]
-        t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
-        min_p = np.minimum(min_p, 2 * special.stdtr(n - 1, -np.abs(t)))
-    return float(np.quantile(min_p, alpha))
-
-
-@lru_cache(maxsize=256)
-def paired_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> float:
-    """Nominal two-sided p threshold of the paired t test looked at after these round counts, with
-    an overall false-alarm probability alpha under no change: the stored table, else simulated
-    (seeded: the same plan always gets the same threshold)."""
-    looks = tuple(sorted(set(n for n in looks if n >= 2)))
-    if len(looks) <= 1:
-        return alpha
-    stored = _stored_boundaries().get(_plan_key(looks, alpha))
-    return stored if stored is not None else _simulate_paired(looks, alpha)
 
 
 def paired_logs(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
@@ -135,40 +77,67 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
 
     ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
     smallest change this many rounds detect with `power` at the measured spread of differences."""
-    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    direction = direction or metric_direction(metric)
     pairs = paired_logs(runs_a, runs_b)
-    n = len(pairs)
     la, lb = [a for a, _ in pairs], [b for _, b in pairs]
+
+    def spread(diffs: np.ndarray) -> RoundSpread:
+        parts = paired_spread(la, lb, runs_a, runs_b)
+        return RoundSpread(float(diffs.std(ddof=1)), diffs.size - 1,
+                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}", parts.advice())
+
+    return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
+                                  direction, min_effect, alpha, power, looks, gated)
+
+
+@dataclass(frozen=True)
+class RoundSpread:
+    """The spread of a round's log difference a verdict uses, its degrees of freedom, what it is made of
+    (for the note) and the lever an inconclusive answer names ('' for none)."""
+
+    sd: float
+    df: int
+    note: str
+    advice: str
+
+
+def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
+                           spread: Callable[[np.ndarray], RoundSpread], arms: int, missing: str,
+                           direction: Direction | None, min_effect: float, alpha: float, power: float,
+                           looks: Sequence[int] | None, gated: bool) -> MetricVerdict:
+    """The verdict on the within-round differences lb - la (log start values, round by round) at the
+    spread `spread` gives, with the sequential threshold of `arms` arms (2: paired; more: blocked)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+
+    direction = direction or metric_direction(metric)
+    n = len(la)
     common: dict[str, Any] = dict(metric=metric, direction=direction, min_effect=min_effect, gated=gated,
                                   samples_a=tuple(math.exp(v) for v in la), samples_b=tuple(math.exp(v) for v in lb),
                                   n_a=n, n_b=n, paired=True)
-    med_a = math.exp(float(np.mean(la))) if la else math.nan
-    med_b = math.exp(float(np.mean(lb))) if lb else math.nan
+    med_a = math.exp(float(np.mean(la))) if n else math.nan
+    med_b = math.exp(float(np.mean(lb))) if n else math.nan
     if n < 2:
         return MetricVerdict(verdict="inconclusive", median_a=med_a, median_b=med_b, ratio=math.nan, ci_low=math.nan,
                              ci_high=math.nan, p_value=math.nan, cv=math.nan, repeats_needed=MIN_STARTS,
-                             note="fewer than 2 rounds with both sides measured", **common)
+                             note=missing, **common)
     diffs = np.array(lb) - np.array(la)
-    d, sd = float(diffs.mean()), float(diffs.std(ddof=1))
-    se = sd / math.sqrt(n)
+    d, used = float(diffs.mean()), spread(diffs)
+    se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
-    p_star = paired_p_threshold(tuple(sorted(set(plan))), alpha)
-    t_crit = float(special.stdtrit(n - 1, 1 - p_star / 2))
-    no_spread = 1.0 if d == 0 else 0.0
-    p = float(2 * special.stdtr(n - 1, -abs(d) / se)) if se > 0 else no_spread
+    p_star = blocked_p_threshold(tuple(sorted(set(plan))), alpha, arms)
+    t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
+    p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
     ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
-    mde = math.expm1((t_crit + float(special.stdtrit(n - 1, power))) * se)
-    need = rounds_needed(sd, min_effect, alpha, power, first=plan[0])
+    mde = math.expm1((t_crit + float(special.stdtrit(used.df, power))) * se)
+    need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
-    spread = paired_spread(la, lb, runs_a, runs_b)
-    note = (f"{n} rounds paired x {spread.runs:.2g} runs; {spread.describe()}; "
-            f"threshold p < {p_star:.3g}" + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
+    note = (f"{used.note}; threshold p < {p_star:.3g}"
+            + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
     if verdict == "inconclusive" and (need is None or need > n):
-        note += f"; {_rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise; {spread.advice()}"
+        note += (f"; {_rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
+                 + (f"; {used.advice}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
-                         p_value=p, cv=sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
+                         p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
 
 
 def _runs_per_start(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> float:
@@ -231,7 +200,6 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
     blocks of that many arms (search/blocked.py): (arms - 1)(N - 1) degrees of freedom, its threshold."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
 
-    from search.blocked import blocked_p_threshold  # lazily: blocked.py builds on this module
     if not math.isfinite(sd_diff) or min_effect <= 0:
         return None
     target = math.log1p(min_effect)
@@ -242,11 +210,9 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
         return float((special.stdtrit(df, 1 - p_star / 2) + special.stdtrit(df, power)) * sd_diff
                      / math.sqrt(n)) <= target
 
-    # No plan ending at N has a higher threshold than a single look at N: alpha for the paired test, at most
-    # 1.4 alpha for the blocked one (simulated, 3-8 arms; 2 alpha is taken), so the rounds a single look
-    # at that level needs are a lower bound, found without simulating. Above it, a bisection (power grows
-    # with N; N = MAX_PLANNED_ROUNDS + 1 stands for "none"): a plan missing from the stored table costs
-    # 0.3-3 s, and walking every count up to the cap took 9-10 s for one hint.
+    # No plan ending at N has a higher threshold than one look at N (alpha paired; at most 1.4 alpha blocked,
+    # simulated for 3-8 arms; 2 alpha taken): a lower bound found without simulating. Above it a bisection
+    # (N = MAX_PLANNED_ROUNDS + 1 stands for "none"): walking every count took 9-10 s for one hint.
     ceiling = alpha if arms <= 2 else 2 * alpha
     low = next((n for n in range(first, MAX_PLANNED_ROUNDS + 1) if detects(n, ceiling)), None)
     if low is None:
@@ -423,26 +389,6 @@ def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[st
         verdict = "unchanged"
     return {"verdict": verdict, "p_value": p, "lost": lost, "gained": gained, "flaky": flaky,
             "checks": len(names), "threshold": alpha / 2}
-
-
-def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
-    """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
-    table = {}
-    for alpha in alphas:
-        for cap in caps:
-            looks = tuple(range(min(min_rounds, cap), cap + 1))
-            if len(looks) > 1:
-                table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
-    from search.blocked import BLOCKED_SIMS, blocked_table  # lazily: blocked.py builds on this module
-    table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
-    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
-    BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
-                                                "simulated null runs per plan, seed 11 (search/sequential.py); "
-                                                f"|arms=K: the blocked test of K arms, {BLOCKED_SIMS} runs, seed 13 "
-                                                "(search/blocked.py)",
-                                      "key": "alpha|looks (rounds at each look)[|arms=K]", "thresholds": table},
-                                     indent=1))
-    return table
 
 
 if __name__ == "__main__":  # python -m search.sequential: rewrite the stored boundary table

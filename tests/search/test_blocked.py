@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from search.blocked import _simulate_blocked, blocked_p_threshold, compare_blocked, pooled_diff_sd, round_matrix
-from search.sequential import compare_paired, paired_p_threshold, rounds_needed
+from search.blocked import compare_blocked, pooled_diff_sd, round_matrix
+from search.boundaries import _simulate_blocked, blocked_p_threshold, paired_p_threshold
+from search.sequential import compare_paired, rounds_needed
 
 METRIC = "four_streams.decode_tok_s"
 

@@ -11,18 +11,15 @@ import numpy as np
 import pytest
 
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.boundaries import BOUNDARIES, _simulate_paired, paired_p_threshold, sequential_p_threshold
 from search.gate import MetricVerdict
 from search.gate_report import GateReport
 from search.sequential import (
-    BOUNDARIES,
-    _simulate_paired,
     compare_errors,
     compare_paired,
     compare_quality,
     compare_starts,
-    paired_p_threshold,
     rounds_needed,
-    sequential_p_threshold,
     settled,
 )
 

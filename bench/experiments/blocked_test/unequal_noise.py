@@ -14,8 +14,7 @@ import sys
 
 import numpy as np
 
-from search.blocked import blocked_p_threshold, p_values
-from search.sequential import paired_p_threshold
+from search.boundaries import blocked_p_threshold, p_values, paired_p_threshold
 
 LOOKS = (3, 4)
 ALPHA = 0.02

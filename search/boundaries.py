@@ -1,0 +1,177 @@
+"""The sequential thresholds every paired and blocked verdict uses, simulated once and stored with
+the code (search/data/paired_boundaries.json, written by `python -m search.sequential`), or simulated
+on first use for a plan the table lacks.
+
+A plan looks after several round counts; looking many times inflates false alarms, so every look
+uses one nominal p threshold p* chosen by simulation so that the chance of any look crossing it under
+no change is alpha (a Pocock boundary on p values; the t statistic's null distribution does not
+depend on the unknown variances). The paired test (search/sequential.py) and the confirmation's
+blocked test (search/blocked.py: the larger of an arm's own and the pooled spread) each have theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from search.gate import DEFAULT_ALPHA
+
+MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
+MAX_PLANNED_ROUNDS = 20  # the longest plan stored in search/data/paired_boundaries.json
+BOUNDARIES = Path(__file__).resolve().parent / "data" / "paired_boundaries.json"
+PAIRED_SIMS = 200_000
+BLOCKED_SIMS = 200_000
+CHUNK = 25_000
+
+
+@lru_cache(maxsize=64)
+def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = 200_000,
+                           seed: int = 7) -> float:
+    """Nominal two-sided p threshold for looks at these starts-per-side counts, with an overall
+    false-alarm probability alpha under no change (Monte Carlo, seeded: the same plan always gets
+    the same threshold)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return alpha
+    rng = np.random.default_rng(seed)
+    top = looks[-1]
+    a, b = rng.standard_normal((sims, top)), rng.standard_normal((sims, top))
+    min_p = np.ones(sims)
+    for n in looks:
+        xa, xb = a[:, :n], b[:, :n]
+        pooled = np.sqrt((xa.var(axis=1, ddof=1) + xb.var(axis=1, ddof=1)) / 2 * (2 / n))
+        t = (xb.mean(axis=1) - xa.mean(axis=1)) / pooled
+        min_p = np.minimum(min_p, 2 * special.stdtr(2 * n - 2, -np.abs(t)))
+    return float(np.quantile(min_p, alpha))
+
+
+def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
+    return f"{alpha:.6g}|{','.join(map(str, looks))}"
+
+
+@lru_cache(maxsize=1)
+def _stored_boundaries() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())["thresholds"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    rng = np.random.default_rng(seed)
+    d = rng.standard_normal((sims, looks[-1]))
+    min_p = np.ones(sims)
+    for n in looks:
+        x = d[:, :n]
+        t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+        min_p = np.minimum(min_p, 2 * special.stdtr(n - 1, -np.abs(t)))
+    return float(np.quantile(min_p, alpha))
+
+
+@lru_cache(maxsize=256)
+def paired_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> float:
+    """Nominal two-sided p threshold of the paired t test looked at after these round counts, with
+    an overall false-alarm probability alpha under no change: the stored table, else simulated
+    (seeded: the same plan always gets the same threshold)."""
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return alpha
+    stored = _stored_boundaries().get(_plan_key(looks, alpha))
+    return stored if stored is not None else _simulate_paired(looks, alpha)
+
+
+def p_values(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
+    """sims x len(looks) p values of the blocked statistic for arm 1 against arm 0 at each look, from
+    x: sims x arms x rounds start values (log scale)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    arms = x.shape[1]
+    out = np.ones((x.shape[0], len(looks)))
+    for i, n in enumerate(looks):
+        y = x[:, :, :n]
+        resid = y - y.mean(axis=2, keepdims=True) - y.mean(axis=1, keepdims=True) + y.mean(axis=(1, 2), keepdims=True)
+        df = (arms - 1) * (n - 1)
+        pooled = np.sqrt(2 * (resid ** 2).sum(axis=(1, 2)) / df)
+        d = y[:, 1] - y[:, 0]
+        spread = np.maximum(d.std(axis=1, ddof=1), pooled)
+        out[:, i] = 2 * special.stdtr(df, -np.abs(d.mean(axis=1) / (spread / math.sqrt(n))))
+    return out
+
+
+def _null_p_values(looks: tuple[int, ...], arms: int, sims: int = BLOCKED_SIMS, seed: int = 13) -> np.ndarray:
+    """`p_values` of simulated null confirmations (the arms are exchangeable under no change, so arm 1
+    against arm 0 stands for every arm). Every plan draws the same MAX_PLANNED_ROUNDS rounds, so a
+    plan's threshold is the same whether simulated alone or within the stored table."""
+    # In chunks (the same draws as one: the generator fills them in order): one array of all of them
+    # took 720 MB at 4 arms, too much for a CLI on a small box.
+    rng = np.random.default_rng(seed)
+    rounds = max(MAX_PLANNED_ROUNDS, looks[-1])
+    return np.concatenate([p_values(rng.standard_normal((min(CHUNK, sims - i), arms, rounds)), looks)
+                           for i in range(0, sims, CHUNK)])
+
+
+def _simulate_blocked(looks: tuple[int, ...], alpha: float, arms: int) -> float:
+    """Pocock threshold: the alpha quantile of the smallest p value over the plan's looks."""
+    return float(np.quantile(_null_p_values(looks, arms).min(axis=1), alpha))
+
+
+def blocked_table(alphas: Sequence[float], arms_counts: Sequence[int], firsts: Sequence[int]) -> dict[str, float]:
+    """Thresholds of the plans "looks at first..cap rounds" (cap up to MAX_PLANNED_ROUNDS) and of single
+    looks, for the search/data/paired_boundaries.json table: one simulation per (arms, first). A
+    single look's threshold is above alpha: the larger-spread rule is conservative under equal noise."""
+    table: dict[str, float] = {}
+    for arms in arms_counts:
+        singles = tuple(range(2, MAX_PLANNED_ROUNDS + 1))  # one look (a verdict with no plan)
+        once = _null_p_values(singles, arms)
+        table |= {blocked_key((n,), alpha, arms): float(np.quantile(once[:, i], alpha))
+                  for i, n in enumerate(singles) for alpha in alphas}
+        for first in firsts:
+            looks = tuple(range(first, MAX_PLANNED_ROUNDS + 1))
+            running = np.minimum.accumulate(_null_p_values(looks, arms), axis=1)
+            for i in range(1, len(looks)):
+                for alpha in alphas:
+                    table[blocked_key(looks[:i + 1], alpha, arms)] = float(np.quantile(running[:, i], alpha))
+    return table
+
+
+def blocked_key(looks: tuple[int, ...], alpha: float, arms: int) -> str:
+    return f"{_plan_key(looks, alpha)}|arms={arms}"
+
+
+@lru_cache(maxsize=256)
+def blocked_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, arms: int = 2) -> float:
+    """Nominal two-sided p threshold of the blocked statistic with `arms` arms looked at after these
+    round counts, overall false-alarm probability alpha under no change: the stored table, else
+    simulated (seeded). Two arms: the paired test's threshold."""
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if arms <= 2:
+        return paired_p_threshold(looks, alpha)
+    if not looks:
+        return alpha
+    stored = _stored_boundaries().get(blocked_key(looks, alpha, arms))
+    return stored if stored is not None else _simulate_blocked(looks, alpha, arms)
+
+
+def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
+    """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
+    table = {}
+    for alpha in alphas:
+        for cap in caps:
+            looks = tuple(range(min(min_rounds, cap), cap + 1))
+            if len(looks) > 1:
+                table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
+    table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
+    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
+    BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
+                                                "simulated null runs per plan, seed 11 (search/boundaries.py); "
+                                                f"|arms=K: the blocked test of K arms, {BLOCKED_SIMS} runs, seed 13 "
+                                                "(search/boundaries.py)",
+                                      "key": "alpha|looks (rounds at each look)[|arms=K]", "thresholds": table},
+                                     indent=1))
+    return table
