@@ -1,6 +1,7 @@
 """`search confirm STUDY`: re-measure the study's top configs beside the default with fresh
 starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report).
-`--more-rounds N` continues the stored confirmation instead (a second stage: search/confirm.py).
+`--more-rounds N` continues the stored confirmation instead (a second stage: search/confirm.py);
+`--rounds N` measures exactly N rounds and judges once (no early stop: the narrowest interval for that time).
 `--stability 30m` then holds the winner at its capacity load and stores the stability run."""
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from search.confirm import (
     CONFIRM_ATTR,
     STABILITY_ATTR,
     Confirmation,
+    Progress,
     candidates,
     continuable,
     run_confirmation,
     run_stability_check,
 )
 from search.results import ResultsError, TrialRecord, TrialState
+from search.sequential import MIN_STARTS
 from search.space import Space, load_space
 from search.storage import storage_for
 from search.summary import StudyView, load_view
@@ -29,9 +32,10 @@ from search.terminal import out as console
 
 
 def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: int, max_rounds: int,
-                  progress: object, more_rounds: int = 0) -> Confirmation | None:
+                  progress: Progress, more_rounds: int = 0, fixed_rounds: int = 0) -> Confirmation | None:
     """Confirm and store; None when the study has no default trial to compare with. `more_rounds`:
-    continue the stored confirmation by up to that many rounds instead (its arms, not the top_k)."""
+    continue the stored confirmation by up to that many rounds instead (its arms, not the top_k).
+    `fixed_rounds`: measure exactly that many rounds and judge once, at the end (max_rounds ignored)."""
     view = load_view(study)
     default = view.baseline
     if default is None or default.state != TrialState.COMPLETE:
@@ -47,8 +51,11 @@ def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: i
         max_rounds = int(earlier["rounds"]) + more_rounds
     else:
         tops = candidates(view.records, view.baseline_number, objective.direction, top_k)
-    result = run_confirmation(space, default, tops, results_dir / "confirm", max_rounds=max_rounds,
-                              progress=progress, earlier=earlier)  # type: ignore[arg-type]
+    # A fixed plan is a single look: its threshold is the whole false-alarm budget, so its interval is
+    # narrower than a sequential plan's after as many rounds (that plan pays for stopping early).
+    min_rounds = fixed_rounds or MIN_STARTS
+    result = run_confirmation(space, default, tops, results_dir / "confirm", min_rounds=min_rounds,
+                              max_rounds=fixed_rounds or max_rounds, progress=progress, earlier=earlier)
     # The answer's suggested command names this study, ready to paste.
     result.answer = result.answer.replace("search confirm STUDY", f"search confirm {study.study_name}")
     study.set_user_attr(CONFIRM_ATTR, result.to_dict())
@@ -91,6 +98,12 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def at_least_min_starts(text: str) -> int:
+    if not text.isdigit() or int(text) < MIN_STARTS:
+        raise argparse.ArgumentTypeError(f"a whole number of rounds, {MIN_STARTS} or more, got {text!r}")
+    return int(text)
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
 
     storage, name = storage_for(args.study, args.storage)
@@ -103,7 +116,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     progress = lambda text: console.print(f"  {text}")  # noqa: E731
     winner = (stored_confirmation(study) or {}).get("winner")
     if not args.stability_only:
-        result = confirm_study(study, space, results_dir, args.top, args.max_rounds, progress, args.more_rounds)
+        confirm = space.m.confirm
+        top = confirm.top_k if args.top is None else args.top
+        max_rounds = confirm.max_rounds if args.max_rounds is None else args.max_rounds
+        result = confirm_study(study, space, results_dir, top, max_rounds, progress, args.more_rounds, args.rounds)
         if result is None:
             raise ResultsError("the study has no completed default trial to confirm against")
         console.print(result.answer)
@@ -127,11 +143,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--storage")
     p.add_argument("--space", help="the space file (default: the one the study was created from)")
     p.add_argument("--results", default="results", help="results folder (default: ./results)")
-    p.add_argument("--top", type=int, default=2, help="how many of the best configs to confirm (default 2)")
-    p.add_argument("--max-rounds", type=int, default=6, help="fresh starts per config at most (default 6)")
-    p.add_argument("--more-rounds", type=positive_int, default=0, metavar="N",
-                   help="continue the stored confirmation (same configs, its rounds kept) by up to N rounds; "
-                        "a second stage with its own false-alarm budget, which the answer states")
+    p.add_argument("--top", type=int, help="how many of the best configs to confirm (default: the space's "
+                                           "confirm.top_k)")
+    rounds = p.add_mutually_exclusive_group()
+    rounds.add_argument("--max-rounds", type=at_least_min_starts,
+                        help="fresh starts per config at most; it stops sooner once every comparison is settled "
+                             "(default: the space's confirm.max_rounds)")
+    rounds.add_argument("--rounds", type=at_least_min_starts, default=0, metavar="N",
+                        help="exactly N rounds, judged once at the end: no early stop, and the narrowest interval "
+                             "for that time (a sequential plan pays for the chance to stop early)")
+    rounds.add_argument("--more-rounds", type=positive_int, default=0, metavar="N",
+                        help="continue the stored confirmation (same configs, its rounds kept) by up to N rounds; "
+                             "a second stage with its own false-alarm budget, which the answer states")
     p.add_argument("--stability", type=duration_s, metavar="DURATION",
                    help="then hold the winner (the confirmed one, else the best) at its capacity load for "
                         "DURATION (30m, 90s, 1h): errors, server death, SLO misses, throughput drift")

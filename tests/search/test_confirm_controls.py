@@ -215,9 +215,11 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     results = tmp_path / "results"
     runner = StudyRunner(parse_space(doc, "control"), default_storage(results), "control", results, Quiet())
     runner.run(n_trials=1)
+    # A fixed plan (`--rounds 3`): exactly 3 rounds judged once, so the level is the whole budget's.
     result = confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
-                           progress=lambda _: None)
-    assert result is not None
+                           progress=lambda _: None, fixed_rounds=3)
+    assert result is not None and result.rounds == 3
+    assert result.verdicts["control1"]["level"] == pytest.approx(1 - DEFAULT_ALPHA)
     (control,) = [a for a in result.arms if a["control"]]
     assert "throttle.py 0.5 --stretch" in control["command"], control["command"]
     assert len(control["runs"]) == result.rounds >= 3
@@ -261,6 +263,20 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     with pytest.raises(ResultsError, match="default, control1 failed or was not measured in every stored round"):
         confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
                       progress=lambda _: None, more_rounds=1)
+
+
+def test_confirm_takes_its_rounds_from_the_space_unless_told() -> None:
+    """`search confirm` without round options uses the space's confirm.max_rounds and top_k (as
+    `search run` does); `--rounds N` is a fixed plan of at least 3 rounds and excludes the others."""
+    from search.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["confirm", "results/s"])
+    assert (args.top, args.max_rounds, args.rounds, args.more_rounds) == (None, None, 0, 0)
+    assert parser.parse_args(["confirm", "s", "--rounds", "13"]).rounds == 13
+    for bad in (["--rounds", "2"], ["--rounds", "5", "--more-rounds", "2"], ["--rounds", "5", "--max-rounds", "6"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["confirm", "s", *bad])
 
 
 def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
