@@ -66,12 +66,12 @@ def pooled_diff_sd(x: np.ndarray) -> tuple[float, int]:
 def compare_blocked(metric: str, arms_runs: Sequence[Sequence[Sequence[float]]], arm: int,
                     direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                     alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
-                    looks: Sequence[int] | None = None, gated: bool = True) -> MetricVerdict:
+                    looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0) -> MetricVerdict:
     """The verdict for arm `arm` against arm 0 (the default) from every arm's runs grouped by start,
-    round r of each arm in the same block. Two arms: `compare_paired`."""
+    round r of each arm in the same block; the spread at least `floor_sd`. Two arms: `compare_paired`."""
     if len(arms_runs) <= 2:
         return compare_paired(metric, arms_runs[0], arms_runs[arm], direction=direction, min_effect=min_effect,
-                              alpha=alpha, power=power, looks=looks, gated=gated)
+                              alpha=alpha, power=power, looks=looks, gated=gated, floor_sd=floor_sd)
     x = round_matrix(arms_runs)
     k, n = x.shape
 
@@ -83,7 +83,7 @@ def compare_blocked(metric: str, arms_runs: Sequence[Sequence[Sequence[float]]],
 
     return verdict_on_differences(metric, list(x[0]), list(x[arm]), spread, k,
                                   "fewer than 2 rounds with every arm measured", direction, min_effect, alpha, power,
-                                  looks, gated)
+                                  looks, gated, floor_sd)
 
 
 def _pct(v: float) -> str:

@@ -39,8 +39,16 @@ from search.fresh_start import fixed_trial, measure_fresh
 from search.gate import DEFAULT_ALPHA, MetricVerdict
 from search.results import TrialRecord, TrialState
 from search.scoring import measure_settings, slo_of
-from search.sequential import MAX_PLANNED_ROUNDS, MIN_STARTS, family_alpha, rounds_needed, settled
+from search.sequential import (
+    MAX_PLANNED_ROUNDS,
+    MIN_STARTS,
+    family_alpha,
+    quantisation_sd,
+    rounds_needed,
+    settled,
+)
 from search.space import Space
+from search.space_schema import CAPACITY
 
 CONFIRM_ATTR = "confirmation"
 STABILITY_ATTR = "stability"
@@ -123,8 +131,11 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
         for rnd in range(done, max_rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
             failed = False
+            # Rounds take alike (the same arms start each round): the mean so far times the rounds left.
+            per_round = (time.monotonic() - started) / (rnd - done) if rnd > done else 0.0
+            left = f" (at most about {per_round * (max_rounds - rnd) / 60:.0f} min left)" if per_round else ""
             for arm in (order if rnd % 2 == 0 else order[::-1]):
-                progress(f"confirmation round {rnd + 1}/{max_rounds}: {arm.label}")
+                progress(f"confirmation round {rnd + 1}/{max_rounds}{left}: {arm.label}")
                 meter = LoadMeter().start()
                 arm.runs.append(_measure(session, space, arm, work_dir / f"r{rnd:02d}-{arm.label}"))
                 loads.append(meter.stop())
@@ -136,7 +147,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if failed:
                 break
-            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks)
+            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks, value_steps(space))
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
     # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
@@ -162,13 +173,24 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
 
 
 def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
-          looks: tuple[int, ...]) -> dict[str, MetricVerdict]:
+          looks: tuple[int, ...], steps: dict[str, tuple[float, float]] | None = None) -> dict[str, MetricVerdict]:
     """Each arm against the default (arms[0]) at the claims' level, the rounds as blocks of every
-    arm (search/blocked.py), for a plan of looks at these round counts."""
+    arm (search/blocked.py), for a plan of looks at these round counts. `steps`: the resolution
+    (relative, in units) of metrics whose values move in coarse steps (`value_steps`)."""
     runs = [a.runs for a in arms]
+    relative, unit = (steps or {}).get(metric, (0.0, 0.0))
+    floor = quantisation_sd([v for arm in runs for start in arm for v in start], relative, unit)
     return {arm.key: compare_blocked(metric, runs, i, direction="higher" if direction == "maximize" else "lower",
-                                     min_effect=min_effect, alpha=comparison_alpha(arms), looks=looks)
+                                     min_effect=min_effect, alpha=comparison_alpha(arms), looks=looks, floor_sd=floor)
             for i, arm in enumerate(arms) if i}
+
+
+def value_steps(space: Space) -> dict[str, tuple[float, float]]:
+    """Metrics whose values are coarse: a capacity is a whole number of streams, found by a search that
+    stops bisecting at `slo.resolution` of the load or 1 stream apart (harness/capacity.py), so two
+    configs can measure the same capacity in every round while differing by less than that step."""
+    slo = space.m.slo
+    return {CAPACITY: (slo.resolution, 1.0)} if slo is not None else {}
 
 
 def _arms(space: Space, default: TrialRecord, tops: list[TrialRecord]) -> list[Arm]:

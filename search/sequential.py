@@ -72,11 +72,12 @@ def paired_logs(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[flo
 def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]],
                    direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                    alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
-                   looks: Sequence[int] | None = None, gated: bool = True) -> MetricVerdict:
+                   looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0) -> MetricVerdict:
     """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
 
     ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
-    smallest change this many rounds detect with `power` at the measured spread of differences."""
+    smallest change this many rounds detect with `power` at the measured spread of differences.
+    floor_sd: the least spread a difference can have (coarse values: `quantisation_sd`)."""
     pairs = paired_logs(runs_a, runs_b)
     la, lb = [a for a, _ in pairs], [b for _, b in pairs]
 
@@ -86,7 +87,7 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
                            f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}", parts.advice())
 
     return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
-                                  direction, min_effect, alpha, power, looks, gated)
+                                  direction, min_effect, alpha, power, looks, gated, floor_sd)
 
 
 @dataclass(frozen=True)
@@ -103,9 +104,12 @@ class RoundSpread:
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
                            spread: Callable[[np.ndarray], RoundSpread], arms: int, missing: str,
                            direction: Direction | None, min_effect: float, alpha: float, power: float,
-                           looks: Sequence[int] | None, gated: bool) -> MetricVerdict:
+                           looks: Sequence[int] | None, gated: bool, floor_sd: float = 0.0) -> MetricVerdict:
     """The verdict on the within-round differences lb - la (log start values, round by round) at the
-    spread `spread` gives, with the sequential threshold of `arms` arms (2: paired; more: blocked)."""
+    spread `spread` gives, with the sequential threshold of `arms` arms (2: paired; more: blocked).
+    The spread is never taken below `floor_sd`: values that move in coarse steps can repeat exactly
+    round after round, and a zero spread would claim a point interval and a zero smallest detectable
+    change that the values' resolution cannot support."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
 
     direction = direction or metric_direction(metric)
@@ -121,6 +125,9 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                              note=missing, **common)
     diffs = np.array(lb) - np.array(la)
     d, used = float(diffs.mean()), spread(diffs)
+    if floor_sd > used.sd:
+        used = RoundSpread(floor_sd, used.df, f"{used.note}; taken as {100 * floor_sd:.1f}%, the least the values' "
+                                              f"resolution allows", used.advice)
     se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
     p_star = blocked_p_threshold(tuple(sorted(set(plan))), alpha, arms)
@@ -235,6 +242,19 @@ def family_alpha(alpha: float, gated: int) -> float:
     """Each gated metric's share of a run's false-alarm budget (Bonferroni): the chance of any false
     call over all of them together stays at most alpha."""
     return alpha / max(1, gated)
+
+
+def quantisation_sd(values: Sequence[float], relative_step: float, unit_step: float = 0.0) -> float:
+    """The spread (log scale) a within-round difference has from rounding alone, for values known
+    only to within a step above them: `relative_step` of the value, or `unit_step` units where that
+    is coarser (a capacity search stops bisecting at 10% of the load or 1 stream apart). Each value
+    is then uniform within its step on the log scale (sd log(1 + step) / sqrt(12)); a difference has
+    two of them. The smallest positive value sets the step; 0 when no value is positive."""
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    if not positive:
+        return 0.0
+    step = max(relative_step, unit_step / min(positive))
+    return math.sqrt(2.0) * math.log1p(step) / math.sqrt(12.0)
 
 
 def start_values(runs: Sequence[Sequence[float]]) -> list[float]:

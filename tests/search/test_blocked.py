@@ -10,7 +10,7 @@ import pytest
 
 from search.blocked import compare_blocked, pooled_diff_sd, round_matrix
 from search.boundaries import _simulate_blocked, blocked_p_threshold, paired_p_threshold
-from search.sequential import compare_paired, rounds_needed
+from search.sequential import compare_paired, quantisation_sd, rounds_needed
 
 METRIC = "four_streams.decode_tok_s"
 
@@ -99,3 +99,35 @@ def test_pooled_rounds_needed_are_never_more_than_one_arms() -> None:
         paired, blocked = rounds_needed(sd, 0.1, 0.02, arms=2), rounds_needed(sd, 0.1, 0.02, arms=3)
         assert paired is not None and blocked is not None and blocked <= paired
     assert rounds_needed(0.04, 0.1, 0.02, arms=3) < rounds_needed(0.04, 0.1, 0.02, arms=2)  # type: ignore[operator]
+
+
+def test_capacities_that_repeat_exactly_are_judged_at_their_resolution_not_as_certain() -> None:
+    """A capacity is a whole number of streams found to within 10% of the load or 1 stream, so two
+    configs can measure 4 and 4 (or 4 and 8) in every round. With no floor the spread is 0: a point
+    interval and a smallest detectable change of 0, "unchanged" claimed for any difference under the
+    step. With the floor from the values' resolution the interval has the step's width."""
+    from search.confirm import Arm, judge
+    from search.space_schema import CAPACITY
+
+    same = [[4.0]] * 3
+    bare = compare_paired(CAPACITY, same, same, direction="higher", min_effect=0.03)
+    assert (bare.ci_low, bare.ci_high, bare.mde) == (1.0, 1.0, 0.0)  # what the floor is for
+    floor = quantisation_sd([4.0, 4.0], 0.1, 1.0)
+    assert floor == pytest.approx(math.sqrt(2) * math.log(1.25) / math.sqrt(12))  # 1 stream of 4: a 25% step
+    held = compare_paired(CAPACITY, same, same, direction="higher", min_effect=0.03, floor_sd=floor)
+    assert held.ci_low < 0.9 and held.ci_high > 1.1 and held.mde > 0.25 and held.verdict == "inconclusive", held
+    assert "the least the values' resolution allows" in held.note
+    # A spread the rounds measured above the floor is used as measured.
+    noisy = compare_paired(CAPACITY, [[4.0], [8.0], [4.0]], [[8.0], [4.0], [8.0]], min_effect=0.03, floor_sd=floor)
+    assert "resolution" not in noisy.note
+
+    # The confirmation's judge applies it to the capacity objective, with three arms (blocked).
+    arms = [Arm(0, "default", {}, key="0", runs=[[4.0]] * 3), Arm(1, "#1", {}, key="1", runs=[[8.0]] * 3),
+            Arm(2, "#2", {}, key="2", runs=[[4.0]] * 3)]
+    verdicts = judge(arms, CAPACITY, "maximize", 0.03, (3,), {CAPACITY: (0.1, 1.0)})
+    double, level = verdicts["1"], verdicts["2"]
+    assert double.verdict == "improved" and double.ci_low < 2.0 < double.ci_high, double  # 2x, no longer a point
+    assert level.verdict == "inconclusive" and level.mde > 0.25, level
+    # Continuous metrics keep no floor.
+    plain = judge(arms, "w.decode_tok_s", "maximize", 0.03, (3,), {CAPACITY: (0.1, 1.0)})
+    assert plain["2"].ci_low == plain["2"].ci_high == 1.0

@@ -216,9 +216,14 @@ def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> N
     runner = StudyRunner(parse_space(doc, "control"), default_storage(results), "control", results, Quiet())
     runner.run(n_trials=1)
     # A fixed plan (`--rounds 3`): exactly 3 rounds judged once, so the level is the whole budget's.
+    said: list[str] = []
     result = confirm_study(runner.study, runner.space, results / "confirm", top_k=0, max_rounds=4,
-                           progress=lambda _: None, fixed_rounds=3)
+                           progress=said.append, fixed_rounds=3)
     assert result is not None and result.rounds == 3
+    # From the second round on, the progress says how long the rest takes at most.
+    last = [m for m in said if m.startswith("confirmation round 3/3")]
+    assert last and all("min left):" in m for m in last), said
+    assert not any("min left" in m for m in said if m.startswith("confirmation round 1/3")), said
     assert result.verdicts["control1"]["level"] == pytest.approx(1 - DEFAULT_ALPHA)
     (control,) = [a for a in result.arms if a["control"]]
     assert "throttle.py 0.5 --stretch" in control["command"], control["command"]
