@@ -50,6 +50,10 @@ class Slo:
     resolution: float = 0.1  # stop bisecting once (bad - good) <= resolution * good (and >= 1 apart)
     max_steps: int = 10
 
+    def finest_gap(self, load: float) -> float:
+        """The gap at which the bisection stops at this load: `resolution` of it, and never below one stream."""
+        return max(1.0, self.resolution * load)
+
     def __post_init__(self) -> None:
         bad = [k for k in self.limits if not LIMIT.match(k)]
         if bad:
@@ -138,7 +142,7 @@ def search(measure: Callable[[int], LoadStep], slo: Slo, progress: Progress = _q
             bad = c
             break
     while (bad is not None and good and failure is None and len(steps) < slo.max_steps
-           and bad - good > max(1.0, slo.resolution * good)):
+           and bad - good > slo.finest_gap(good)):
         mid = (good + bad) // 2
         if at(mid).meets:
             good = mid

@@ -127,6 +127,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     verdicts: dict[str, MetricVerdict] = {}
     started = time.monotonic()
     rounds = done
+    steps = value_steps(space)
     with Session(progress, keep_server=False) as session:
         for rnd in range(done, max_rounds):
             order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
@@ -147,7 +148,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             rounds = rnd + 1
             if failed:
                 break
-            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks, value_steps(space))
+            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks, steps)
             if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
                 break
     # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
@@ -186,11 +187,10 @@ def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
 
 
 def value_steps(space: Space) -> dict[str, tuple[float, float]]:
-    """Metrics whose values are coarse: a capacity is a whole number of streams, found by a search that
-    stops bisecting at `slo.resolution` of the load or 1 stream apart (harness/capacity.py), so two
-    configs can measure the same capacity in every round while differing by less than that step."""
-    slo = space.m.slo
-    return {CAPACITY: (slo.resolution, 1.0)} if slo is not None else {}
+    """Coarse metrics' steps (relative, in units): a capacity is whole streams, its search stopping at
+    `Slo.finest_gap` (harness/capacity.py: resolution x load, at least finest_gap(0) streams)."""
+    slo = slo_of(space)
+    return {CAPACITY: (slo.resolution, slo.finest_gap(0.0))} if slo is not None else {}
 
 
 def _arms(space: Space, default: TrialRecord, tops: list[TrialRecord]) -> list[Arm]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,13 @@ def stability_target(view: StudyView, space: Space, winner: int | None) -> Trial
     return tops[0] if tops else None
 
 
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"a whole number of rounds, 1 or more, got {text!r}")
-    return int(text)
-
-
-def at_least_min_starts(text: str) -> int:
-    if not text.isdigit() or int(text) < MIN_STARTS:
-        raise argparse.ArgumentTypeError(f"a whole number of rounds, {MIN_STARTS} or more, got {text!r}")
-    return int(text)
+def rounds_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of rounds, `low` or more."""
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < low:
+            raise argparse.ArgumentTypeError(f"a whole number of rounds, {low} or more, got {text!r}")
+        return int(text)
+    return parse
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
@@ -146,13 +144,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--top", type=int, help="how many of the best configs to confirm (default: the space's "
                                            "confirm.top_k)")
     rounds = p.add_mutually_exclusive_group()
-    rounds.add_argument("--max-rounds", type=at_least_min_starts,
+    rounds.add_argument("--max-rounds", type=rounds_at_least(MIN_STARTS),
                         help="fresh starts per config at most; it stops sooner once every comparison is settled "
                              "(default: the space's confirm.max_rounds)")
-    rounds.add_argument("--rounds", type=at_least_min_starts, default=0, metavar="N",
+    rounds.add_argument("--rounds", type=rounds_at_least(MIN_STARTS), default=0, metavar="N",
                         help="exactly N rounds, judged once at the end: no early stop, and the narrowest interval "
                              "for that time (a sequential plan pays for the chance to stop early)")
-    rounds.add_argument("--more-rounds", type=positive_int, default=0, metavar="N",
+    rounds.add_argument("--more-rounds", type=rounds_at_least(1), default=0, metavar="N",
                         help="continue the stored confirmation (same configs, its rounds kept) by up to N rounds; "
                              "a second stage with its own false-alarm budget, which the answer states")
     p.add_argument("--stability", type=duration_s, metavar="DURATION",
