@@ -148,3 +148,36 @@ def variance_components(groups: Sequence[Sequence[float]]) -> VarianceComponents
     n0 = (n_runs - float(np.sum(sizes**2)) / n_runs) / (k - 1)  # effective runs per start
     var_between = max(0.0, (ms_between - var_within) / n0) if n0 > 0 else 0.0
     return VarianceComponents(math.sqrt(var_within), math.sqrt(var_between), k, n_runs)
+
+
+@dataclass(frozen=True)
+class LevelShift:
+    """Whether a start's level moves while its runs go on: the first half of each start's runs against its
+    second half, beside what the runs' spread within the halves predicts (F ~ 1: the runs are independent
+    draws around one level; F >> 1: the level moved, e.g. a host whose speed changes over tens of seconds).
+    Only then does averaging more runs per start narrow a start's value as their spread says."""
+
+    f: float
+    p: float
+    starts: int
+
+
+def level_shift_within_starts(groups: Sequence[Sequence[float]]) -> LevelShift | None:
+    """The F test of half-means on log values over every start with at least 4 runs (None: fewer than 3 such).
+    Each start's shift is scaled by its halves' size, so starts with re-measured runs count alike."""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+
+    scaled, ss, df = [], 0.0, 0
+    for g in groups:
+        x = np.log([v for v in g if v > 0])
+        h = len(x) // 2
+        if h < 2:
+            continue
+        first, second = x[:h], x[h:2 * h]
+        scaled.append(float(second.mean() - first.mean()) ** 2 * h / 2)  # var(shift) = 2 w^2 / h
+        ss += float(np.sum((first - first.mean()) ** 2) + np.sum((second - second.mean()) ** 2))
+        df += 2 * (h - 1)
+    if len(scaled) < 3 or ss == 0.0:
+        return None
+    f = float(np.mean(scaled)) / (ss / df)
+    return LevelShift(f, float(stats.f.sf(f, len(scaled), df)), len(scaled))

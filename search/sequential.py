@@ -57,6 +57,7 @@ from search.gate import (
     decide,
     metric_direction,
 )
+from search.paired_spread import paired_spread, pct, pool, rounds_text
 
 
 def paired_logs(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
@@ -83,8 +84,9 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
 
     def spread(diffs: np.ndarray) -> RoundSpread:
         parts = paired_spread(la, lb, runs_a, runs_b)
+        advice = parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power))
         return RoundSpread(float(diffs.std(ddof=1)), diffs.size - 1,
-                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}", parts.advice())
+                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}", advice)
 
     return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
                                   direction, min_effect, alpha, power, looks, gated, floor_sd)
@@ -139,61 +141,33 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
     need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
-            + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else ""))
+            + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else "") + drift_note(diffs))
     if verdict == "inconclusive" and (need is None or need > n):
-        note += (f"; {_rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
+        note += (f"; {rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
                  + (f"; {used.advice}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
 
 
-def _runs_per_start(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]]) -> float:
-    counts = [len(r) for r in (*runs_a, *runs_b) if r]
-    return sum(counts) / len(counts) if counts else 0.0
+# A trend in the rounds' differences is looked for from this many rounds on, and named below this p value
+# (unadjusted: a caution, not a verdict; under no trend it appears in 5% of comparisons that long).
+TREND_MIN_ROUNDS = 6
+TREND_P = 0.05
 
 
-@dataclass(frozen=True)
-class PairedSpread:
-    """The spread of a paired comparison on the log scale: what a round shares between the sides
-    (removed by pairing), what each start adds (per start, the runs' share in it) and run to run."""
+def drift_note(diffs: np.ndarray) -> str:
+    """A caution where the difference moved over the rounds (a linear trend in the round's log difference):
+    the interval is then the average of a moving difference, and depends on how long the run was (a 13-round
+    confirmation of the demo: the winner's lead fell from 1.16x to 1.11x, docs/search.md). The verdict stands."""
+    if diffs.size < TREND_MIN_ROUNDS or float(np.ptp(diffs)) == 0.0:
+        return ""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
 
-    shared: float
-    per_start: float
-    within: float
-    runs: float  # runs per start
-
-    @property
-    def between(self) -> float:
-        """What the starts add beyond their runs' spread: the part more runs per start cannot average."""
-        if not (math.isfinite(self.per_start) and math.isfinite(self.within)) or self.runs <= 0:
-            return math.nan
-        return math.sqrt(max(0.0, self.per_start ** 2 - self.within ** 2 / self.runs))
-
-    def describe(self) -> str:
-        return (f"spread shared by a round {_pct(self.shared)} (removed by pairing), per start "
-                f"{_pct(self.per_start)}, run to run {_pct(self.within)}")
-
-    def advice(self) -> str:
-        """Which lever narrows the interval: more runs per start only while the runs' spread is most of a
-        start's (a small model on a fast GPU, docs/measurement.md, is the other case: its starts differ)."""
-        if not math.isfinite(self.between):
-            return "more rounds narrow it"
-        if self.within ** 2 / self.runs > self.between ** 2:
-            return ("most of a start's spread here is run to run: more runs per start (--repeats) or longer outputs "
-                    "may narrow it, down to the starts' own spread, which this run noise hides")
-        return (f"the starts themselves differ ({_pct(self.between)} beyond their runs): more runs per start or longer "
-                "outputs will not narrow it, more rounds will")
-
-
-def paired_spread(la: list[float], lb: list[float], runs_a: Sequence[Sequence[float]],
-                  runs_b: Sequence[Sequence[float]]) -> PairedSpread:
-    a, b = np.array(la), np.array(lb)
-    var_diff = float(np.var(b - a, ddof=1)) if a.size > 1 else math.nan
-    var_sum = float(np.var(b + a, ddof=1)) if a.size > 1 else math.nan
-    shared = math.sqrt(max(0.0, (var_sum - var_diff) / 4)) if math.isfinite(var_sum) else math.nan
-    per_start = math.sqrt(var_diff / 2) if math.isfinite(var_diff) else math.nan
-    within = _pool(variance_components(runs_a).sd_within, variance_components(runs_b).sd_within)
-    return PairedSpread(shared, per_start, within, _runs_per_start(runs_a, runs_b))
+    fit = stats.linregress(np.arange(diffs.size), diffs)
+    if not fit.pvalue < TREND_P:
+        return ""
+    return (f"; the difference moved over the rounds ({100 * math.expm1(fit.slope):+.2f}% a round, p = "
+            f"{fit.pvalue:.2g}, unadjusted): the interval is their average, not a fixed difference")
 
 
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
@@ -232,10 +206,6 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
         else:
             lo = mid + 1
     return hi if hi <= MAX_PLANNED_ROUNDS else None
-
-
-def _rounds_text(need: int | None) -> str:
-    return f"about {need} rounds" if need is not None else f"more than {MAX_PLANNED_ROUNDS} rounds"
 
 
 def family_alpha(alpha: float, gated: int) -> float:
@@ -305,25 +275,16 @@ def compare_starts(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     need = starts_needed(sd, min_effect, p_star, power)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     vc_a, vc_b = variance_components(runs_a), variance_components(runs_b)
-    within = _pool(vc_a.sd_within, vc_b.sd_within)
-    between = _pool(vc_a.sd_between, vc_b.sd_between)
+    within = pool(vc_a.sd_within, vc_b.sd_within)
+    between = pool(vc_a.sd_between, vc_b.sd_between)
     runs = (vc_a.runs + vc_b.runs) / max(1, n_a + n_b)
     note = (f"{n_a}/{n_b} starts x {runs:.1g} runs; start-to-start spread {100 * sd:.1f}% "
-            f"(between starts {_pct(between)}, run to run {_pct(within)}); threshold p < {p_star:.3g}"
+            f"(between starts {pct(between)}, run to run {pct(within)}); threshold p < {p_star:.3g}"
             + (f" (looks at {plan[0]}..{plan[-1]} starts)" if len(plan) > 1 else ""))
     if verdict == "inconclusive" and need is not None and need > min(n_a, n_b):
         note += f"; about {need} starts per side would settle a {100 * min_effect:.0f}% change at this noise"
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=sd, repeats_needed=need, note=note, **common)
-
-
-def _pool(x: float, y: float) -> float:
-    vals = [v for v in (x, y) if math.isfinite(v)]
-    return math.sqrt(sum(v * v for v in vals) / len(vals)) if vals else math.nan
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%" if math.isfinite(x) else "-"
 
 
 def starts_needed(sd_start: float, min_effect: float = DEFAULT_MIN_EFFECT, p_threshold: float = DEFAULT_ALPHA,
