@@ -55,6 +55,9 @@ class Subject:
     env: Mapping[str, str]
     request: Mapping[str, Any] = field(default_factory=dict)
 
+    def run_request(self, log_dir: Path, fresh: bool) -> RunRequest:
+        return RunRequest(self.settings, self.model, self.flags, self.env, log_dir, fresh=fresh)
+
 
 def subject_from(space: Space, config: Config, label: str, command: str | None = None, python: str | None = None,
                  image: str | None = None, env: Mapping[str, str] | None = None,
@@ -226,7 +229,7 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
               restart: bool) -> str | None:
     """One side's turn in a round: Session.run, then its values added to the side's samples."""
     log_dir = work_dir / f"{key}-round{rnd + 1:02d}"
-    request = RunRequest(subject.settings, subject.model, subject.flags, subject.env, log_dir, fresh=restart)
+    request = subject.run_request(log_dir, restart)
     quality = (QualityPlan(QualityModel(suite=quality_suite), None, measure.request_timeout_s)
                if quality_suite and len(result.quality_starts) < QUALITY_STARTS else None)
     try:

@@ -79,7 +79,7 @@ def compare_blocked(metric: str, arms_runs: Sequence[Sequence[Sequence[float]]],
         own, (pooled, df) = float(diffs.std(ddof=1)), pooled_diff_sd(x)
         which = "its own" if own >= pooled else "the arms' pooled"
         return RoundSpread(max(own, pooled), df, f"{n} rounds x {k} arms (blocks); spread of a round's difference "
-                           f"{_pct(own)} for this arm, {_pct(pooled)} pooled over the arms ({df} df): {which} used", "")
+                           f"{_pct(own)} for this arm, {_pct(pooled)} pooled over the arms ({df} df): {which} used")
 
     return verdict_on_differences(metric, list(x[0]), list(x[arm]), spread, k,
                                   "fewer than 2 rounds with every arm measured", direction, min_effect, alpha, power,

@@ -84,9 +84,9 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
 
     def spread(diffs: np.ndarray) -> RoundSpread:
         parts = paired_spread(la, lb, runs_a, runs_b)
-        advice = parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power))
         return RoundSpread(float(diffs.std(ddof=1)), diffs.size - 1,
-                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}", advice)
+                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}",
+                           lambda: parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power)))
 
     return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
                                   direction, min_effect, alpha, power, looks, gated, floor_sd)
@@ -95,12 +95,13 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
 @dataclass(frozen=True)
 class RoundSpread:
     """The spread of a round's log difference a verdict uses, its degrees of freedom, what it is made of
-    (for the note) and the lever an inconclusive answer names ('' for none)."""
+    (for the note) and the lever an inconclusive answer names (None for none; called only for an unsettled
+    answer, since pricing more runs costs two more plans' thresholds)."""
 
     sd: float
     df: int
     note: str
-    advice: str
+    advice: Callable[[], str] | None = None
 
 
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
@@ -144,7 +145,7 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
             + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else "") + drift_note(diffs))
     if verdict == "inconclusive" and (need is None or need > n):
         note += (f"; {rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
-                 + (f"; {used.advice}" if used.advice else ""))
+                 + (f"; {used.advice()}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from bench.calibrate.live import subjects
 from bench.common import REPO, measure_settings
-from harness.session import MeasureSettings, RunRequest, Session
+from harness.session import MeasureSettings, Session
 from search.ab import Subject
 from search.paired_spread import paired_spread
 from search.results import write_json_atomic
@@ -38,10 +38,6 @@ METRIC = "decode_tok_s"
 WORKLOAD = "four"
 
 
-def request(subject: Subject, log_dir: Path, fresh: bool) -> RunRequest:
-    return RunRequest(subject.settings, subject.model, subject.flags, subject.env, log_dir, fresh=fresh)
-
-
 def values(measurement: Any) -> list[float]:
     return [s.metrics[METRIC] for s in measurement.workloads[WORKLOAD].counted if METRIC in s.metrics]
 
@@ -51,7 +47,7 @@ def block_round(sides: dict[str, Subject], order: list[str], workloads: list[Any
     out = {}
     for key in order:
         with Session(keep_server=False) as session:
-            m = session.run(request(sides[key], logs / key, True), workloads, replace(settings, repeats=runs))
+            m = session.run(sides[key].run_request(logs / key, True), workloads, replace(settings, repeats=runs))
         out[key] = values(m)
     return out
 
@@ -62,12 +58,12 @@ def alternated_round(sides: dict[str, Subject], order: list[str], workloads: lis
     out: dict[str, list[float]] = {key: [] for key in order}
     try:
         for key in order:  # both started and warmed up (one warm-up each), one measured run each
-            m = sessions[key].run(request(sides[key], logs / key, True), workloads, replace(settings, repeats=1))
+            m = sessions[key].run(sides[key].run_request(logs / key, True), workloads, replace(settings, repeats=1))
             out[key] += values(m)
         later = replace(settings, repeats=1, warmup=False)
         for _ in range(runs - 1):
             for key in order:
-                m = sessions[key].run(request(sides[key], logs / key, False), workloads, later)
+                m = sessions[key].run(sides[key].run_request(logs / key, False), workloads, later)
                 assert m.reused_server, "the resident server was not reused"
                 out[key] += values(m)
     finally:
