@@ -146,6 +146,24 @@ def test_every_outcome_from_a_report_and_its_exit_code() -> None:
         summarize([slower], {"regression"})
 
 
+def test_a_slower_interval_on_kept_servers_is_not_drift_and_is_said() -> None:
+    # Kept servers (one start a side): the interval holds no start-to-start spread, so two servers' sessions
+    # look significant; an A/A nightly in CI read -3.1% (CI -4.6%..-1.7%) so. Fresh starts: drift as before.
+    def run(starts: int) -> dict[str, object]:
+        side = {"samples": {"startup.ready_s": [0.4] * starts}}
+        return {"rounds_done": 6, "a": side, "b": side}
+
+    slower = [96.0, 96.5, 95.8, 96.2, 96.1, 95.9]
+    kept = result_from_report("x", {**report(SAME, slower), "run": run(1)})
+    assert kept.outcome == "pass" and "one start per side (--keep-servers)" in kept.detail, kept.detail
+    assert result_from_report("x", {**report(SAME, slower), "run": run(6)}).outcome == "drift"
+    steady = result_from_report("x", {**report(SAME, [100.1, 100.9, 99.2, 100.4, 99.6, 100.0]), "run": run(1)})
+    assert steady.outcome == "pass" and "keep-servers" not in steady.detail
+    # The promotion chain still guards kept servers: their ratios add up over the nights.
+    chained = result_from_report("x", {**report(SAME, slower), "run": run(1)}, chain={"single.output_tok_s": 0.93})
+    assert chained.outcome == "drift" and "over the promotion chain" in chained.detail
+
+
 def test_promotion_chain_catches_losses_that_each_pass() -> None:
     # Tonight -2% (not significant), after promotions that lost 9% in all: 11% over a 10% threshold.
     tonight = report(SAME, [98.0, 99.1, 97.2, 98.5, 97.9, 98.2])
