@@ -331,9 +331,11 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together "
                         f"({alpha:g}/{max(1, round(alpha / each))} each); paired t test over rounds, {how}"
                         + (f"; {run.stopped}" if run.stopped else ""))
+    kept = run.rounds_done >= 2 and all(len(s.samples.get("startup.ready_s", [])) == 1 for s in (run.a, run.b))
+    if kept:
+        report.notes.append(ONE_START)
     if note := host_speed_note(run.host_probe_ms):
         report.notes.append(note)
-        kept = run.rounds_done >= 2 and all(len(s.samples.get("startup.ready_s", [])) <= 1 for s in (run.a, run.b))
         if unpinned := kept_unpinned_note(kept, (run.a.fingerprint, run.b.fingerprint)):
             report.notes.append(unpinned)
     if busy := load_note(run.load):
@@ -344,6 +346,8 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     return report
 
 
+ONE_START = ("each side was started once (--keep-servers): the intervals are about these two servers; a start's own "
+             "level, a few percent on these machines, is in none of them (a nightly's drift is not judged so)")
 # docs/regression.md ("Interleaving"): an A/A bisect probe of kept, unpinned llama-servers read -22% so.
 KEPT_UNPINNED = ("both servers were kept running, not pinned, while the host's speed varied: each may have sat on "
                  "a differently slowed CPU for the whole run, an offset that pairing by round cannot remove; give "

@@ -177,3 +177,6 @@ def test_kept_unpinned_servers_on_a_varying_host_are_named_and_pinned_or_fresh_o
                   run(1, None, [{**w, "probe_ms": 4.0} for w in varying])):
         notes = report_from_run(quiet, "ab", ["single.output_tok_s"]).notes
         assert not any("kept running" in n for n in notes), notes
+        # Every kept run says that its intervals hold no start's own level; fresh starts do not.
+        assert any("started once (--keep-servers)" in n for n in notes) == (quiet.a.samples["startup.ready_s"] == [0.4])
+    assert any("started once (--keep-servers)" in n for n in kept.notes)
