@@ -18,6 +18,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,36 +34,34 @@ WORK = 20_000  # ~0.2-0.4 ms of CPU here
 EVERY_S = 0.05
 # What the integer loop cannot see: a host whose other tenants take the shared cache or the memory
 # bus. A 64 MiB buffer spills the 2-4 MiB L2 of these VMs and fits the host's shared L3 on one
-# (480 MiB) and not on another; summed every 250 ms (~3-10 ms a read, ~2% of a core).
+# (480 MiB) and not on another; summed every 250 ms (15 ms a read on the Xeon VM, ~6% of a core).
 MEMORY_BYTES = 64 << 20
 MEMORY_EVERY_S = 0.25
 
 
-def probe(core: int, out: str, stop: Any) -> None:
-    """Time WORK every EVERY_S on one core until stopped; (monotonic start, seconds) lines in `out`."""
+def timed_loop(core: int, out: str, stop: Any, work: Callable[[], object], every_s: float) -> None:
+    """Time `work` every `every_s` on one core until stopped; (monotonic start, seconds) pairs in `out`."""
     os.sched_setaffinity(0, {core})
     rows = []
     while not stop.is_set():
         t = time.monotonic()
-        sum(range(WORK))
+        work()
         rows.append((t, time.monotonic() - t))
-        time.sleep(EVERY_S)
+        time.sleep(every_s)
     Path(out).write_text(json.dumps(rows))
+
+
+def probe(core: int, out: str, stop: Any) -> None:
+    """The integer loop: sum(range(WORK)) every EVERY_S."""
+    timed_loop(core, out, stop, lambda: sum(range(WORK)), EVERY_S)
 
 
 def memory_probe(core: int, out: str, stop: Any) -> None:
-    """Time one read of a MEMORY_BYTES buffer every MEMORY_EVERY_S on one core until stopped."""
+    """One read of a MEMORY_BYTES buffer every MEMORY_EVERY_S."""
     import numpy as np
 
-    os.sched_setaffinity(0, {core})
     buffer = np.ones(MEMORY_BYTES // 8)
-    rows = []
-    while not stop.is_set():
-        t = time.monotonic()
-        float(buffer.sum())
-        rows.append((t, time.monotonic() - t))
-        time.sleep(MEMORY_EVERY_S)
-    Path(out).write_text(json.dumps(rows))
+    timed_loop(core, out, stop, buffer.sum, MEMORY_EVERY_S)
 
 
 def decoding_stretch(requests: list[Any]) -> tuple[float, float]:
