@@ -25,15 +25,25 @@ from typing import Any
 
 from harness.engines import EngineSettings, ModelChoice
 from harness.failure import Cause, TrialFailed
-from harness.fingerprint import MATERIAL, material_differences
+from harness.fingerprint import material_differences
 from harness.hostload import LoadMeter, host_speed_note, load_note
 from harness.launch.reaper import Terminated
 from harness.quality import QualityModel
 from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
 from harness.workloads import WorkloadSpec
+from search.boundaries import looks_text
 from search.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
 from search.gate_report import GateReport
-from search.sequential import MIN_STARTS, compare_errors, compare_paired, compare_quality, family_alpha, settled
+from search.log_diff import log_diff
+from search.sequential import (
+    MIN_STARTS,
+    boundary_text,
+    compare_errors,
+    compare_paired,
+    compare_quality,
+    family_alpha,
+    settled,
+)
 from search.space import Config, Space
 
 Progress = Callable[[str], None]
@@ -128,6 +138,7 @@ class ABRun:
     order: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     looks: list[int] = field(default_factory=list)  # the sequential plan: starts per side at each look
+    boundary: str = "pocock"  # its thresholds (search.boundaries.BOUNDARY_KINDS)
     stopped: str = ""  # why a sequential run ended before its cap
     interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
     load: list[dict[str, Any]] = field(default_factory=list)  # each turn's LoadWindow.to_dict()
@@ -139,7 +150,8 @@ class ABRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
-                "order": self.order, "errors": self.errors, "looks": self.looks, "stopped": self.stopped,
+                "order": self.order, "errors": self.errors, "looks": self.looks, "boundary": self.boundary,
+                "stopped": self.stopped,
                 "interrupted": self.interrupted, "host_probe_ms": self.host_probe_ms, "load": self.load}
 
 
@@ -156,17 +168,22 @@ class SequentialPlan:
     min_rounds: int = MIN_STARTS
     min_effect: float = DEFAULT_MIN_EFFECT
     alpha: float = DEFAULT_ALPHA  # for the whole family of gated metrics together
+    looks_at: tuple[int, ...] = ()  # look only after these rounds (and the cap); empty: after every round
+    boundary: str = "pocock"  # the looks' thresholds (search.boundaries.BOUNDARY_KINDS)
 
     @property
     def looks(self) -> tuple[int, ...]:
-        return tuple(range(min(self.min_rounds, self.max_rounds), self.max_rounds + 1))
+        first = min(self.min_rounds, self.max_rounds)
+        if self.looks_at:
+            return tuple(sorted({n for n in self.looks_at if first <= n < self.max_rounds} | {self.max_rounds}))
+        return tuple(range(first, self.max_rounds + 1))
 
 
 def sequential_stop(plan: SequentialPlan) -> StopRule:
     """The stop rule for run_interleaved: a reason to stop, or None to go on."""
     def rule(run: ABRun) -> str | None:
-        run.looks = list(plan.looks)
-        if run.rounds_done < plan.min_rounds:
+        run.looks, run.boundary = list(plan.looks), plan.boundary
+        if run.rounds_done not in plan.looks:
             return None
         each = family_alpha(plan.alpha, family_size(run, list(plan.metrics)))
         verdicts = [verdict_for(run, m, plan.min_effect, each, plan.looks) for m in plan.metrics]
@@ -326,7 +343,8 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
         report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
-    how = (f"sequential: looks at {looks[0]}..{looks[-1]} rounds" if looks and len(looks) > 1 else "one look")
+    how = (f"sequential: looks at {looks_text(looks)} rounds{boundary_text(run.boundary, 2)}"
+           if looks and len(looks) > 1 else "one look")
     report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
                         f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together "
                         f"({alpha:g}/{max(1, round(alpha / each))} each); paired t test over rounds, {how}"
@@ -403,46 +421,9 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
                                   int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated)
     if metric in a.runs and metric in b.runs:
         return compare_paired(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
-                              looks=looks, gated=gated)
+                              looks=looks, gated=gated, boundary=run.boundary)
     if metric == "startup.ready_s" and metric in a.samples and metric in b.samples:
         return compare_paired(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
-                              min_effect=min_effect, alpha=alpha, looks=looks, gated=gated)
+                              min_effect=min_effect, alpha=alpha, looks=looks, gated=gated, boundary=run.boundary)
     return compare(metric, a.samples.get(metric, []), b.samples.get(metric, []), min_effect=min_effect, alpha=alpha,
                    confidence=confidence, gated=gated)
-
-
-# ---- what the logs said ---------------------------------------------------------------------------
-
-def log_diff(a: SideResult, b: SideResult) -> list[str]:
-    """Plain sentences on what differs, and what is the same, between A's and B's startup and environment."""
-    lines: list[str] = []
-    sa, sb = a.startup or {}, b.startup or {}
-    ba, bb = sa.get("backends") or {}, sb.get("backends") or {}
-    same = {k: v for k, v in ba.items() if bb.get(k) == v}
-    for k in sorted(set(ba) | set(bb)):
-        if ba.get(k) != bb.get(k):
-            lines.append(f"backend `{k}`: A selected {ba.get(k)!r}, B selected {bb.get(k)!r}")
-    if same:
-        picked = ", ".join(f"{k}={v}" for k, v in sorted(same.items()))
-        lines.append(f"same kernel/backend path selected in A and B: {picked}")
-    elif not ba and not bb:
-        lines.append("neither log named a kernel or backend choice")
-    fa, fb = sa.get("facts") or {}, sb.get("facts") or {}
-    for k in sorted(set(fa) | set(fb)):
-        if fa.get(k) != fb.get(k):
-            lines.append(f"log fact `{k}`: A {fa.get(k)!r}, B {fb.get(k)!r}")
-    for k in ("version", "kv_cache_tokens", "max_concurrency"):
-        if sa.get(k) != sb.get(k):
-            lines.append(f"{k}: A {sa.get(k)!r}, B {sb.get(k)!r}")
-    pa, pb = sa.get("phases_s") or {}, sb.get("phases_s") or {}
-    for k in sorted(set(pa) | set(pb)):
-        va, vb = pa.get(k), pb.get(k)
-        if va is None or vb is None:
-            lines.append(f"startup phase `{k}` only in {'A' if vb is None else 'B'}")
-        elif max(va, vb) > 1.0 and abs(va - vb) / max(va, vb) > 0.2:
-            lines.append(f"startup phase `{k}`: A {va:.1f} s, B {vb:.1f} s")
-    for d in material_differences(a.fingerprint, b.fingerprint):
-        lines.append(f"fingerprint {d}")
-    if a.fingerprint and b.fingerprint and not material_differences(a.fingerprint, b.fingerprint):
-        lines.append("fingerprints agree on every material field (" + ", ".join(MATERIAL) + ")")
-    return lines

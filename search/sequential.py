@@ -19,8 +19,10 @@ every look uses one nominal p threshold p* chosen by simulation so that the chan
 crossing it under no change is alpha (a Pocock boundary on p values; the t statistic's null
 distribution does not depend on the unknown variances). The thresholds of the usual plans are
 simulated once and stored with the code (search/data/paired_boundaries.json, written by
-`python -m search.sequential`); other plans are simulated on first use. The interval reported at a
-look has confidence 1 - p* and says so (`level`). A run stops as soon as every gated metric is
+`python -m search.sequential`); other plans are simulated on first use. `boundary="obrien-fleming"`
+(`--boundary`) replaces the one threshold by one per look that grows with the look (search/boundaries.py):
+early stops only on large changes, nearly a single look's power at the cap. The interval reported at a
+look has confidence 1 - p* of that look and says so (`level`). A run stops as soon as every gated metric is
 settled (regressed, improved or unchanged) or at the cap. Every answer carries the smallest change
 it could have seen (`mde`): an "unchanged" or "inconclusive" is only as strong as that.
 
@@ -43,7 +45,8 @@ from search.boundaries import (
     BOUNDARIES,
     MAX_PLANNED_ROUNDS,
     MIN_STARTS,
-    blocked_p_threshold,
+    look_p_threshold,
+    looks_text,
     sequential_p_threshold,
     write_boundaries,
 )
@@ -73,7 +76,8 @@ def paired_logs(runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[flo
 def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]],
                    direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                    alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
-                   looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0) -> MetricVerdict:
+                   looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0,
+                   boundary: str = "pocock") -> MetricVerdict:
     """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
 
     ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
@@ -86,10 +90,11 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
         parts = paired_spread(la, lb, runs_a, runs_b)
         return RoundSpread(float(diffs.std(ddof=1)), diffs.size - 1,
                            f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}",
-                           lambda: parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power)))
+                           lambda: parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power,
+                                                                         boundary=boundary)))
 
     return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
-                                  direction, min_effect, alpha, power, looks, gated, floor_sd)
+                                  direction, min_effect, alpha, power, looks, gated, floor_sd, boundary)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,8 @@ class RoundSpread:
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
                            spread: Callable[[np.ndarray], RoundSpread], arms: int, missing: str,
                            direction: Direction | None, min_effect: float, alpha: float, power: float,
-                           looks: Sequence[int] | None, gated: bool, floor_sd: float = 0.0) -> MetricVerdict:
+                           looks: Sequence[int] | None, gated: bool, floor_sd: float = 0.0,
+                           boundary: str = "pocock") -> MetricVerdict:
     """The verdict on the within-round differences lb - la (log start values, round by round) at the
     spread `spread` gives, with the sequential threshold of `arms` arms (2: paired; more: blocked).
     The spread is never taken below `floor_sd`: values that move in coarse steps can repeat exactly
@@ -133,21 +139,26 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                                               f"resolution allows", used.advice)
     se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
-    p_star = blocked_p_threshold(tuple(sorted(set(plan))), alpha, arms)
+    p_star = look_p_threshold(plan, n, alpha, arms, boundary)
     t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
     p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
     ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
     mde = math.expm1((t_crit + float(special.stdtrit(used.df, power))) * se)
-    need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms)
+    need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms, boundary=boundary)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
-            + (f" (looks at {plan[0]}..{plan[-1]} rounds)" if len(plan) > 1 else "") + drift_note(diffs))
+            + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary, arms)})" if len(plan) > 1 else "")
+            + drift_note(diffs))
     if verdict == "inconclusive" and (need is None or need > n):
         note += (f"; {rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
                  + (f"; {used.advice()}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
+
+
+def boundary_text(boundary: str, arms: int) -> str:
+    return ", O'Brien-Fleming boundary" if boundary != "pocock" and arms <= 2 else ""
 
 
 # A trend in the rounds' differences is looked for from this many rounds on, and named below this p value
@@ -172,8 +183,9 @@ def drift_note(diffs: np.ndarray) -> str:
 
 
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
-                  power: float = DEFAULT_POWER, first: int = MIN_STARTS, arms: int = 2) -> int | None:
-    """The fewest rounds N whose plan (looks at `first`..N rounds, its stored Pocock threshold at
+                  power: float = DEFAULT_POWER, first: int = MIN_STARTS, arms: int = 2,
+                  boundary: str = "pocock") -> int | None:
+    """The fewest rounds N whose plan (looks at `first`..N rounds, its `boundary`'s threshold at the last look,
     alpha) detects a change of min_effect with `power` at this spread of within-round differences:
     the smallest N whose `mde` is at most min_effect (t quantiles at N - 1 degrees of freedom).
     None: not within MAX_PLANNED_ROUNDS. (A normal approximation at the current threshold promised
@@ -202,7 +214,7 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
     lo, hi = low, MAX_PLANNED_ROUNDS + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if detects(mid, blocked_p_threshold(tuple(range(first, mid + 1)), alpha, arms)):
+        if detects(mid, look_p_threshold(tuple(range(first, mid + 1)), mid, alpha, arms, boundary)):
             hi = mid
         else:
             lo = mid + 1
@@ -281,7 +293,7 @@ def compare_starts(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
     runs = (vc_a.runs + vc_b.runs) / max(1, n_a + n_b)
     note = (f"{n_a}/{n_b} starts x {runs:.1g} runs; start-to-start spread {100 * sd:.1f}% "
             f"(between starts {pct(between)}, run to run {pct(within)}); threshold p < {p_star:.3g}"
-            + (f" (looks at {plan[0]}..{plan[-1]} starts)" if len(plan) > 1 else ""))
+            + (f" (looks at {looks_text(plan)} starts)" if len(plan) > 1 else ""))
     if verdict == "inconclusive" and need is not None and need > min(n_a, n_b):
         note += f"; about {need} starts per side would settle a {100 * min_effect:.0f}% change at this noise"
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,

@@ -28,6 +28,7 @@ from harness.builds import Build, BuildError, describe, dry_run_commands, ensure
 from harness.fingerprint import host_fingerprint
 from search import history
 from search.baseline import Baseline, load_baseline, pinned_space
+from search.boundaries import BOUNDARY_KINDS
 from search.commands import regress as regress_cmd
 from search.gate import DEFAULT_ALPHA
 from search.nightly import (
@@ -84,7 +85,7 @@ def _kind_refusals(args: argparse.Namespace, baselines: list[tuple[Path, Baselin
 def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate: Build, out: Path) -> int:
     """`search regress` for one baseline, parsed by regress's own parser (its defaults, its options)."""
     argv = ["regress", "--baseline", str(path), "--candidate-build", pinned_text(candidate),
-            "--rounds", str(args.rounds), "--alpha", str(args.alpha), "--out", str(out)]
+            "--rounds", str(args.rounds), "--alpha", str(args.alpha), "--boundary", args.boundary, "--out", str(out)]
     base_build = args.baseline_build or baseline.source.get("build")
     argv += ["--baseline-build", base_build] if base_build else []
     argv += [x for kv in args.candidate_env or [] for x in ("--candidate-env", kv)]
@@ -215,6 +216,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the cap of interleaved rounds per side: regress stops earlier once settled, and an "
                         "unsettled gate at the cap is the inconclusive outcome (default 6; the plan is priced "
                         "at the cap)")
+    p.add_argument("--boundary", choices=BOUNDARY_KINDS, default="pocock",
+                   help="regress's sequential thresholds (obrien-fleming: small changes found within the cap more "
+                        "often, large ones a round or two later)")
     p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
     p.add_argument("--min-effect", type=float, default=None, help="smallest change that counts (default: each "
                                                                   "baseline's)")

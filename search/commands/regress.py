@@ -36,6 +36,7 @@ from search.baseline import (
     raw_space_doc,
     save_baseline,
 )
+from search.boundaries import BOUNDARY_KINDS
 from search.claims import hardware_here, judge_claim, parse_claim
 from search.explain import explain_claim, subject_changes
 from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
@@ -257,7 +258,8 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
             [f"{chosen}.{g.rpartition('.')[2]}" for g in gated]
     # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
     # side), with the sequential boundary that keeps the false-alarm rate at alpha over all looks.
-    plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha)
+    plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha,
+                          boundary=args.boundary)
     settings = measure_settings(space, gated[0] if gated else None, args.repeats)
     run = run_interleaved(a, b, workloads, settings, args.rounds, work,
                           space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet),
@@ -348,6 +350,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=6, help="at most this many interleaved rounds (each side starts "
                                                           "once per round); stops earlier once every gated "
                                                           "metric is settled (default 6)")
+    p.add_argument("--boundary", choices=BOUNDARY_KINDS, default="pocock",
+                   help="the sequential thresholds: pocock (default; stops early on moderate changes) or "
+                        "obrien-fleming (early stops only on large changes; finds small ones within the cap more "
+                        "often: the choice for 3-5%% changes at a fixed budget, docs/regression.md)")
     p.add_argument("--repeats", type=int, help="measured runs per workload in a round (default: the config's)")
     p.add_argument("--min-effect", type=float, default=None if p.prog.endswith("regress") else DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that matters (default {DEFAULT_MIN_EFFECT})")

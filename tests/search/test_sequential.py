@@ -4,15 +4,24 @@ errors judged as rates, quality as a test on checks, and the stop rule of an int
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from scipy import special
 
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
-from search.boundaries import BOUNDARIES, _simulate_paired, paired_p_threshold, sequential_p_threshold
+from search.boundaries import (
+    BOUNDARIES,
+    _simulate_paired,
+    look_p_threshold,
+    obrien_fleming_thresholds,
+    paired_p_threshold,
+    sequential_p_threshold,
+)
 from search.gate import MetricVerdict
 from search.gate_report import GateReport
 from search.sequential import (
@@ -291,3 +300,55 @@ def test_a_continued_stage_keeps_its_own_false_alarms_at_alpha() -> None:
     first_p, second_p = paired_p_threshold((3, 4), 0.02), paired_p_threshold(tuple(range(5, 10)), 0.02)
     first, second = crossed(d, range(3, 5), first_p), crossed(d, range(5, 10), second_p)
     assert second.mean() <= 0.023 and (first | second).mean() <= 0.042
+
+
+def test_a_plan_with_chosen_looks_stops_only_there_and_says_so() -> None:
+    rng = np.random.default_rng(8)
+    plan = SequentialPlan(metrics=(METRIC,), max_rounds=10, looks_at=(5,))
+    assert plan.looks == (5, 10)
+    stop = sequential_stop(plan)
+    a, b = draw(rng, 10, 2, 100.0, 0.003, 0.003), draw(rng, 10, 2, 80.0, 0.003, 0.003)
+    assert stop(abrun(a[:3], b[:3])) is None and stop(abrun(a[:4], b[:4])) is None  # -20%, but no look yet
+    run = abrun(a[:5], b[:5])
+    assert "regressed" in (stop(run) or "") and run.looks == [5, 10]
+    v = next(v for v in report_from_run(run, "t", [METRIC]).verdicts if v.metric == METRIC)
+    assert v.verdict == "regressed" and "looks at 5, 10 rounds" in v.note
+    # two looks spend the false-alarm budget on fewer chances than eight: a laxer threshold at each
+    every = SequentialPlan(metrics=(METRIC,), max_rounds=10)
+    assert paired_p_threshold(plan.looks) > paired_p_threshold(every.looks)
+
+
+def test_an_obrien_fleming_plan_spends_little_early_and_nearly_all_at_the_last_look() -> None:
+    looks = tuple(range(3, 11))
+    obf = obrien_fleming_thresholds(looks, 0.01)
+    pocock = paired_p_threshold(looks, 0.01)
+    assert list(obf) == sorted(obf) and obf[0] < pocock / 10 and pocock < obf[-1] < 0.01
+    # the plan's false-alarm rate is alpha on fresh null draws, not the ones it was set on
+    d = np.random.default_rng(99).standard_normal((100_000, 10))
+    crossed = np.zeros(d.shape[0], dtype=bool)
+    for k, p_star in zip(looks, obf, strict=True):
+        t = d[:, :k].mean(axis=1) / (d[:, :k].std(axis=1, ddof=1) / np.sqrt(k))
+        crossed |= 2 * special.stdtr(k - 1, -np.abs(t)) < p_star
+    assert 0.008 < crossed.mean() < 0.012
+    # a look between two of the plan's (a run stopped early) takes the last look passed
+    assert look_p_threshold((3, 6, 10), 8, 0.01, boundary="obrien-fleming") == \
+        obrien_fleming_thresholds((3, 6, 10), 0.01)[1]
+
+
+def test_a_verdict_on_the_obrien_fleming_boundary_carries_its_look_s_level_and_says_so() -> None:
+    rng = np.random.default_rng(5)
+    a, b = draw(rng, 10, 3, 100.0, 0.01, 0.01), draw(rng, 10, 3, 96.0, 0.01, 0.01)
+    looks = tuple(range(3, 11))
+    early = compare_paired(METRIC, a[:3], b[:3], looks=looks, boundary="obrien-fleming")
+    last = compare_paired(METRIC, a, b, looks=looks, boundary="obrien-fleming")
+    pocock = compare_paired(METRIC, a, b, looks=looks)
+    thresholds = obrien_fleming_thresholds(looks, 0.02)
+    assert math.isclose(early.level, 1 - thresholds[0]) and math.isclose(last.level, 1 - thresholds[-1])
+    assert "O'Brien-Fleming" in last.note and "O'Brien-Fleming" not in pocock.note
+    assert last.ci_high - last.ci_low < pocock.ci_high - pocock.ci_low  # the last look is laxer than Pocock's
+    run = abrun(a, b)
+    plan = SequentialPlan(metrics=(METRIC,), max_rounds=10, boundary="obrien-fleming")
+    sequential_stop(plan)(run)
+    assert run.to_dict()["boundary"] == "obrien-fleming"
+    report = report_from_run(run, "t", [METRIC])
+    assert any("O'Brien-Fleming" in n for n in report.notes)
