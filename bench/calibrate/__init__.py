@@ -8,6 +8,7 @@ often it finds a known change (power), measured live and replayed on stored data
     python -m bench.calibrate power ...     # H100 noise components and resampled/model power
     python -m bench.calibrate simulate ...  # the gate on simulated noise components
     python -m bench.calibrate errors        # the error-rate verdict on simulated counts
+    python -m bench.calibrate bound ...     # starts any paired test needs at a measured noise (computed)
 
 Every verdict is the product's: search.ab's sequential stop rule and report (bench.calibrate.gate),
 so a change to the gate reaches every rate these commands print. The noise components and the

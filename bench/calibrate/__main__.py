@@ -1,4 +1,4 @@
-"""python -m bench.calibrate {measure,analyze,confirmations,rejudge,gpu,power,simulate,errors}: see
+"""python -m bench.calibrate {measure,analyze,confirmations,rejudge,gpu,power,simulate,errors,bound}: see
 bench/calibrate/__init__.py."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from bench.calibrate import confirmations, live, power, rejudge, replay, simulate
+from bench.calibrate import bound, confirmations, live, power, rejudge, replay, simulate
 from bench.common import DATA
 from search.baseline import parse_assignments
+from search.boundaries import BOUNDARY_KINDS
 
 
 def _ints(text: str) -> list[int]:
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--reps", type=int, default=10, help="repetitions of every pair")
     m.add_argument("--cap", type=int, default=6, help="rounds cap of each repetition (search ab --rounds)")
     m.add_argument("--minutes", type=float, default=15.0, help="start no repetition after this")
+    m.add_argument("--boundary", choices=BOUNDARY_KINDS, default="pocock", help="the gate's thresholds")
     m.add_argument("--out", type=Path, default=DATA / "calibration_cpu_llama_live.json")
     a = sub.add_parser("analyze", help="rates and noise of measure files (either format)")
     a.add_argument("paths", nargs="+", type=Path)
@@ -63,15 +65,22 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--caps", default="6,10")
     s.add_argument("--effects", default="0,0.05,0.10")
     s.add_argument("--trials", type=int, default=1000)
+    s.add_argument("--boundary", choices=BOUNDARY_KINDS, default="pocock")
+    s.add_argument("--looks", default="", help="plans to compare, ';'-separated: 'every' (after each round "
+                   "from the third) or rounds, e.g. 'every;5,10'")
     e = sub.add_parser("errors", help="the error-rate verdict on simulated counts")
     e.add_argument("--rates", default="0.005,0.02,0.1")
     e.add_argument("--requests", default="100,1000")
     e.add_argument("--trials", type=int, default=2000)
+    b = sub.add_parser("bound", help="starts any paired test needs at measured per-start noise (computed)")
+    b.add_argument("--per-start", required=True, help="comma-separated paired residuals per start, e.g. 0.021,0.031")
+    b.add_argument("--effect", type=float, default=0.05, help="the slowdown to find (0.05: -5%%)")
+    b.add_argument("--cap", type=int, default=10, help="the starts per side the goal allows")
     args = p.parse_args(argv)
     if args.cmd == "measure":
         pairs = [(x.split("-", 1)[0], x.split("-", 1)[1]) for x in args.pairs.split(",")]
         live.measure(args.out, args.space, parse_assignments(args.set), pairs, args.metric, args.reps, args.cap,
-                     args.minutes)
+                     args.minutes, args.boundary)
         print(replay.analyze_live([args.out]))
     elif args.cmd == "analyze":
         print(analyze(args.paths, _ints(args.caps), _ints(args.runs)))
@@ -81,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         print(rejudge.table(args.paths))
     elif args.cmd == "gpu":
         print(replay.gpu_replay(args.path, _ints(args.caps), _ints(args.runs)))
+    elif args.cmd == "bound":
+        print(bound.table(_floats(args.per_start), args.effect, args.cap))
     elif args.cmd == "errors":
         print(simulate.simulate_errors(_floats(args.rates), _ints(args.requests), args.trials))
     else:
+        plans = tuple(() if p in ("", "every") else tuple(_ints(p)) for p in (args.looks or "every").split(";"))
         print(simulate.simulate(args.sd_between, args.sd_within, _ints(args.runs), _ints(args.caps),
-                                _floats(args.effects), args.trials))
+                                _floats(args.effects), args.trials, plans=plans, boundary=args.boundary))
     return 0
 
 

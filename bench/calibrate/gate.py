@@ -31,15 +31,16 @@ def final_verdict(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequen
                   plan: SequentialPlan) -> MetricVerdict:
     """The report's verdict on `metric` after these rounds (one list of runs per start and side)."""
     run = ABRun(_side("A", metric, runs_a), _side("B", metric, runs_b), min(len(runs_a), len(runs_b)),
-                looks=list(plan.looks))
+                looks=list(plan.looks), boundary=plan.boundary)
     report = report_from_run(run, "replay", [metric], plan.min_effect, plan.alpha)
     return next(v for v in report.verdicts if v.metric == metric)
 
 
 def sequential(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]],
-               cap: int) -> Outcome:
-    """search ab with `--rounds cap`: rounds in order, the stop rule after each, the report at the end."""
-    plan = SequentialPlan((metric,), max_rounds=cap)
+               cap: int, looks_at: tuple[int, ...] = (), boundary: str = "pocock") -> Outcome:
+    """search ab with `--rounds cap` (and `--looks`): rounds in order, the stop rule after each, the report
+    at the end."""
+    plan = SequentialPlan((metric,), max_rounds=cap, looks_at=looks_at, boundary=boundary)
     rule = sequential_stop(plan)
     n = min(cap, len(runs_a), len(runs_b))
     for k in range(1, n + 1):

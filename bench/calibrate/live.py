@@ -55,7 +55,7 @@ def subjects(space_path: Path, sets: dict[str, Any], names: set[str]) -> dict[st
 
 
 def measure(out: Path, space_path: Path, sets: dict[str, Any], pairs: list[tuple[str, str]], metric: str,
-            reps: int, cap: int, minutes: float) -> dict[str, Any]:
+            reps: int, cap: int, minutes: float, boundary: str = "pocock") -> dict[str, Any]:
     """`reps` repetitions of every pair (pairs interleaved, so drift spreads over them), until
     `minutes`; the file is rewritten after every repetition (an interruption keeps what was measured)."""
     arms = subjects(space_path, sets, {x for pair in pairs for x in pair})
@@ -65,9 +65,9 @@ def measure(out: Path, space_path: Path, sets: dict[str, Any], pairs: list[tuple
     if not workloads:
         raise SystemExit(f"{space_path}: no workload {workload!r} (the metric's prefix)")
     settings = measure_settings(space)
-    plan = SequentialPlan((metric,), max_rounds=cap)
+    plan = SequentialPlan((metric,), max_rounds=cap, boundary=boundary)
     data: dict[str, Any] = {"format": "live-ab", "space": str(space_path), "params": sets, "metric": metric,
-                            "cap": cap, "min_effect": plan.min_effect, "alpha": plan.alpha,
+                            "cap": cap, "min_effect": plan.min_effect, "alpha": plan.alpha, "boundary": boundary,
                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "command": " ".join(sys.argv), "reps": []}
     logs = REPO / "results" / "calibration-logs" / out.stem  # server logs: not data to commit

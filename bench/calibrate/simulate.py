@@ -15,27 +15,34 @@ def draw_side(rng: np.random.Generator, level: float, starts: int, runs: int, sd
     return [list(level * np.exp(rng.normal(0, sd_between) + rng.normal(0, sd_within, runs))) for _ in range(starts)]
 
 
+def plan_text(looks_at: tuple[int, ...], cap: int) -> str:
+    return f"3..{cap}" if not looks_at else ",".join(str(n) for n in sorted({*looks_at, cap}) if n <= cap)
+
+
 def simulate(sd_between: float, sd_within: float, runs: list[int], caps: list[int], effects: list[float],
-             trials: int, seed: int = 1) -> str:
+             trials: int, seed: int = 1, plans: tuple[tuple[int, ...], ...] = ((),), boundary: str = "pocock") -> str:
+    """`plans`: the rounds the gate looks after; () is every round from the third. `boundary`: the looks'
+    thresholds (search ab --boundary)."""
     lines = [f"simulated: start effect sd {100 * sd_between:.1f}%, run-to-run sd {100 * sd_within:.1f}% (log-normal), "
-             f"{trials} sequential runs per cell; looks at 3..cap starts per side, alpha 0.02, min effect 3%", "",
-             "| runs/start | cap | change | regressed | unchanged | inconclusive | mean starts/side |",
-             "|---|---|---|---|---|---|---|"]
+             f"{trials} sequential runs per cell; alpha 0.02, min effect 3%, {boundary} boundary", "",
+             "| runs/start | cap | looks | change | regressed | unchanged | inconclusive | mean starts/side |",
+             "|---|---|---|---|---|---|---|---|"]
     rng = np.random.default_rng(seed)
     for r in runs:
         for cap in caps:
-            for effect in effects:
-                verdicts, used = [], []
-                for _ in range(trials):
-                    a = draw_side(rng, 100.0, cap, r, sd_between, sd_within)
-                    b = draw_side(rng, 100.0 * (1 - effect), cap, r, sd_between, sd_within)
-                    o = sequential("single.output_tok_s", a, b, cap)
-                    verdicts.append(o.verdict)
-                    used.append(o.rounds)
-                share = {k: 100 * verdicts.count(k) / trials for k in ("regressed", "unchanged", "inconclusive")}
-                change = f"{-100 * effect:+.0f}%" if effect else "0 (A/A)"
-                lines.append(f"| {r} | {cap} | {change} | {share['regressed']:.1f}% | "
-                             f"{share['unchanged']:.1f}% | {share['inconclusive']:.1f}% | {np.mean(used):.1f} |")
+            for looks_at in plans:
+                for effect in effects:
+                    verdicts, used = [], []
+                    for _ in range(trials):
+                        a = draw_side(rng, 100.0, cap, r, sd_between, sd_within)
+                        b = draw_side(rng, 100.0 * (1 - effect), cap, r, sd_between, sd_within)
+                        o = sequential("single.output_tok_s", a, b, cap, looks_at, boundary)
+                        verdicts.append(o.verdict)
+                        used.append(o.rounds)
+                    share = {k: 100 * verdicts.count(k) / trials for k in ("regressed", "unchanged", "inconclusive")}
+                    change = f"{-100 * effect:+.0f}%" if effect else "0 (A/A)"
+                    lines.append(f"| {r} | {cap} | {plan_text(looks_at, cap)} | {change} | {share['regressed']:.1f}% | "
+                                 f"{share['unchanged']:.1f}% | {share['inconclusive']:.1f}% | {np.mean(used):.1f} |")
     return "\n".join(lines)
 
 
