@@ -151,8 +151,8 @@ class ABRun:
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
                 "order": self.order, "errors": self.errors, "looks": self.looks, "boundary": self.boundary,
-                "stopped": self.stopped,
-                "interrupted": self.interrupted, "host_probe_ms": self.host_probe_ms, "load": self.load}
+                "stopped": self.stopped, "interrupted": self.interrupted, "host_probe_ms": self.host_probe_ms,
+                "load": self.load}
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -161,7 +161,8 @@ StopRule = Callable[[ABRun], str | None]
 @dataclass(frozen=True)
 class SequentialPlan:
     """Stop an interleaved run once every gated metric is settled; look after each round from
-    `min_rounds` on, at most `max_rounds` rounds. The verdicts use the boundary of exactly this plan."""
+    `min_rounds` on (or only after `looks_at` and the cap), at most `max_rounds` rounds. The verdicts use
+    the boundary of exactly this plan."""
 
     metrics: tuple[str, ...]
     max_rounds: int

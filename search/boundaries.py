@@ -129,7 +129,7 @@ def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA,
     """The p threshold of the look after `n` rounds in a plan with these looks. An O'Brien-Fleming plan's
     threshold grows with the look; between looks (a run stopped early) the last look passed applies. The
     blocked (confirmation) test has Pocock thresholds only."""
-    plan = tuple(sorted(set(n for n in looks if n >= 2)))
+    plan = tuple(sorted(set(k for k in looks if k >= 2)))
     if boundary == "pocock" or arms > 2 or len(plan) <= 1:
         return blocked_p_threshold(plan, alpha, arms)
     if boundary not in BOUNDARY_KINDS:

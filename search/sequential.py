@@ -143,8 +143,8 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
     t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
     p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
-    ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
-    mde = math.expm1((t_crit + float(special.stdtrit(used.df, power))) * se)
+    ratio, low, high = math.exp(d), exp_or_inf(d - half), exp_or_inf(d + half)
+    mde = exp_or_inf((t_crit + float(special.stdtrit(used.df, power))) * se) - 1
     need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms, boundary=boundary)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
@@ -155,6 +155,12 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                  + (f"; {used.advice()}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
+
+
+def exp_or_inf(x: float) -> float:
+    """exp, infinite past a float's range: at 1 degree of freedom a strict look's t quantile is ~1e6, and an
+    interval that wide says "no information", not an overflow error (a report cut after 2 rounds)."""
+    return math.exp(x) if x < 709.0 else math.inf
 
 
 def boundary_text(boundary: str, arms: int) -> str:
@@ -284,7 +290,7 @@ def compare_starts(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
         half = float(special.stdtrit(df, 1 - p_star / 2)) * se
     else:
         p, half = (1.0 if d == 0 else 0.0), 0.0
-    ratio, low, high = math.exp(d), math.exp(d - half), math.exp(d + half)
+    ratio, low, high = math.exp(d), exp_or_inf(d - half), exp_or_inf(d + half)
     need = starts_needed(sd, min_effect, p_star, power)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     vc_a, vc_b = variance_components(runs_a), variance_components(runs_b)

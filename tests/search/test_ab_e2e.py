@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from harness import flagsearch_home
+from search.boundaries import obrien_fleming_thresholds
 from search.cli import main
 from tests.conftest import require
 
@@ -148,14 +149,15 @@ def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path) -> N
 
 def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     """SIGTERM in round 3 (as a CI timeout sends it): the report of the rounds done is written, the
-    exit says terminated, no server is left running."""
+    exit says terminated, no server is left running. On the O'Brien-Fleming boundary: a report cut
+    before the plan's first look judges at that look's threshold, and says which boundary."""
     import signal
     import subprocess
 
     space = llama_space(tmp_path, warmup=False)
     out = tmp_path / "cut"
     proc = subprocess.Popen([sys.executable, "-m", "search.cli", "ab", str(space), "--rounds", "12", "--out",
-                             str(out)], stderr=subprocess.PIPE, text=True, cwd=REPO)
+                             str(out), "--boundary", "obrien-fleming"], stderr=subprocess.PIPE, text=True, cwd=REPO)
     assert proc.stderr is not None
     for line in proc.stderr:
         if "round 3/12" in line:
@@ -166,4 +168,7 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     report = json.loads((out / "report.json").read_text())
     assert report["run"]["interrupted"] == "terminated" and report["run"]["rounds_done"] == 2
     assert any("partial report" in e for e in report["errors"]) and report["outcome"] == "error"
-    assert verdict(report, "single.decode_tok_s")["n_a"] == 2
+    v = verdict(report, "single.decode_tok_s")
+    first = obrien_fleming_thresholds(tuple(range(3, 13)), 0.01)[0]  # the metric's share: errors are gated too
+    assert v["n_a"] == 2 and abs(v["level"] - (1 - first)) < 1e-9 and "O'Brien-Fleming" in v["note"], v
+    assert report["run"]["boundary"] == "obrien-fleming"

@@ -352,3 +352,10 @@ def test_a_verdict_on_the_obrien_fleming_boundary_carries_its_look_s_level_and_s
     assert run.to_dict()["boundary"] == "obrien-fleming"
     report = report_from_run(run, "t", [METRIC])
     assert any("O'Brien-Fleming" in n for n in report.notes)
+
+
+def test_a_report_cut_before_a_strict_first_look_is_wide_not_an_error() -> None:
+    # 2 rounds (1 degree of freedom) at the O'Brien-Fleming first look of 3..12: a t quantile near 1e5
+    v = compare_paired(METRIC, [[100.0], [101.0]], [[98.0], [100.5]], looks=tuple(range(3, 13)),
+                       boundary="obrien-fleming")
+    assert v.verdict == "inconclusive" and v.ci_high == math.inf and v.mde == math.inf
