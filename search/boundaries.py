@@ -72,16 +72,16 @@ def _stored_boundaries() -> dict[str, float]:
         return {}
 
 
-def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+def _null_paired_p(looks: tuple[int, ...], sims: int = PAIRED_SIMS, seed: int = 11) -> np.ndarray:
+    """sims x len(looks) two-sided p values of the paired t test at each look, on simulated null rounds."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    rng = np.random.default_rng(seed)
-    d = rng.standard_normal((sims, looks[-1]))
-    min_p = np.ones(sims)
-    for n in looks:
-        x = d[:, :n]
-        t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
-        min_p = np.minimum(min_p, 2 * special.stdtr(n - 1, -np.abs(t)))
-    return float(np.quantile(min_p, alpha))
+    d = np.random.default_rng(seed).standard_normal((sims, looks[-1]))
+    return np.stack([2 * special.stdtr(n - 1, -np.abs(d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1)
+                                                                           / math.sqrt(n)))) for n in looks], axis=1)
+
+
+def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+    return float(np.quantile(_null_paired_p(looks, sims, seed).min(axis=1), alpha))
 
 
 @lru_cache(maxsize=256)
@@ -109,13 +109,11 @@ def obrien_fleming_thresholds(looks: tuple[int, ...], alpha: float = DEFAULT_ALP
     """Each look's nominal two-sided p threshold of the paired t test on an O'Brien-Fleming shaped boundary,
     2 * sf(c * sqrt(N / k)), with c set so that the chance of any crossing under no change is alpha
     (simulated with the null draws of `_simulate_paired`, seeded: the same plan always gets the same)."""
-    from scipy import special, stats  # lazily: scipy costs every CLI start ~0.25 s
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
     looks = tuple(sorted(set(n for n in looks if n >= 2)))
     if len(looks) <= 1:
         return (alpha,) * len(looks)
-    d = np.random.default_rng(seed).standard_normal((sims, looks[-1]))
-    p = np.stack([2 * special.stdtr(n - 1, -np.abs(d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1)
-                                                                           / math.sqrt(n)))) for n in looks], axis=1)
+    p = _null_paired_p(looks, sims, seed)
     shape = np.sqrt(looks[-1] / np.array(looks, dtype=float))
     lo, hi = 1.0, 8.0
     for _ in range(50):  # bisection on c: more crossings than alpha means the boundary is too low
