@@ -8,7 +8,7 @@ no change is alpha (a Pocock boundary on p values; the t statistic's null distri
 depend on the unknown variances). The paired test (search/sequential.py) and the confirmation's
 blocked test (search/blocked.py: the larger of an arm's own and the pooled spread) each have theirs.
 The paired test can instead take an O'Brien-Fleming shaped boundary (a threshold per look, growing with the
-look; simulated on first use, not stored).
+look): its constant for the usual plans is stored in the same file, other plans are simulated on first use.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
     return f"{alpha:.6g}|{','.join(map(str, looks))}"
 
 
-@lru_cache(maxsize=1)
-def _stored_boundaries() -> dict[str, float]:
+@lru_cache(maxsize=2)
+def _stored_boundaries(section: str = "thresholds") -> dict[str, float]:
+    """One section of the stored table: "thresholds" (Pocock p thresholds) or OBF_SECTION (constants)."""
     try:
-        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())["thresholds"].items()}
+        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())[section].items()}
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -101,25 +102,52 @@ def paired_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> 
 # a single look's): at 2-3.7% noise a start it finds a 5% change within 10 starts 8-20 points more often than
 # Pocock, and a 20% one ~1.5 rounds later (simulated: bench/experiments/look_plans).
 BOUNDARY_KINDS = ("pocock", "obrien-fleming")
+OBF_SECTION = "obrien_fleming"  # alpha|looks -> c, in the stored table
+
+
+def _obf_shape(looks: tuple[int, ...]) -> np.ndarray:
+    return np.sqrt(looks[-1] / np.array(looks, dtype=float))
+
+
+def _obf_constant(null_p: np.ndarray, looks: tuple[int, ...], alpha: float) -> float:
+    """c of the z boundary c * sqrt(N / k) whose chance of any crossing on these null p values is alpha."""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+    shape = _obf_shape(looks)
+    lo, hi = 1.0, 8.0
+    for _ in range(50):  # bisection on c: more crossings than alpha means the boundary is too low
+        mid = (lo + hi) / 2
+        crossed = float((null_p < 2 * stats.norm.sf(mid * shape)).any(axis=1).mean())
+        lo, hi = (mid, hi) if crossed > alpha else (lo, mid)
+    return hi
 
 
 @lru_cache(maxsize=64)
-def obrien_fleming_thresholds(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = PAIRED_SIMS,
-                              seed: int = 11) -> tuple[float, ...]:
+def obrien_fleming_thresholds(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> tuple[float, ...]:
     """Each look's nominal two-sided p threshold of the paired t test on an O'Brien-Fleming shaped boundary,
-    2 * sf(c * sqrt(N / k)), with c set so that the chance of any crossing under no change is alpha
-    (simulated with the null draws of `_simulate_paired`, seeded: the same plan always gets the same)."""
+    2 * sf(c * sqrt(N / k)), with c set so that the chance of any crossing under no change is alpha: the
+    stored constant, else simulated with the null draws of `_simulate_paired` (seeded: the same plan always
+    gets the same; a `rounds_needed` hint walks several plans, ~1 s each when simulated)."""
     from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
     looks = tuple(sorted(set(n for n in looks if n >= 2)))
     if len(looks) <= 1:
         return (alpha,) * len(looks)
-    p = _null_paired_p(looks, sims, seed)
-    shape = np.sqrt(looks[-1] / np.array(looks, dtype=float))
-    lo, hi = 1.0, 8.0
-    for _ in range(50):  # bisection on c: more crossings than alpha means the boundary is too low
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if float((p < 2 * stats.norm.sf(mid * shape)).any(axis=1).mean()) > alpha else (lo, mid)
-    return tuple(float(x) for x in 2 * stats.norm.sf(hi * shape))
+    c = _stored_boundaries(OBF_SECTION).get(_plan_key(looks, alpha))
+    if c is None:
+        c = _obf_constant(_null_paired_p(looks), looks, alpha)
+    return tuple(float(x) for x in 2 * stats.norm.sf(c * _obf_shape(looks)))
+
+
+def obrien_fleming_table(alphas: Sequence[float], caps: Sequence[int],
+                         min_rounds: int = MIN_STARTS) -> dict[str, float]:
+    """The O'Brien-Fleming constants of the usual plans (looks at min_rounds..cap), for the stored table:
+    one null simulation per cap, shared by every alpha."""
+    table = {}
+    for cap in caps:
+        looks = tuple(range(min(min_rounds, cap), cap + 1))
+        if len(looks) > 1:
+            null_p = _null_paired_p(looks)
+            table.update({_plan_key(looks, alpha): _obf_constant(null_p, looks, alpha) for alpha in alphas})
+    return table
 
 
 def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA, arms: int = 2,
@@ -216,11 +244,22 @@ def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: i
             if len(looks) > 1:
                 table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
     table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
-    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
-    BOUNDARIES.write_text(json.dumps({"method": f"Pocock boundary on the paired t test's p values, {PAIRED_SIMS} "
-                                                "simulated null runs per plan, seed 11 (search/boundaries.py); "
-                                                f"|arms=K: the blocked test of K arms, {BLOCKED_SIMS} runs, seed 13 "
-                                                "(search/boundaries.py)",
-                                      "key": "alpha|looks (rounds at each look)[|arms=K]", "thresholds": table},
-                                     indent=1))
+    write_table({"thresholds": table, OBF_SECTION: obrien_fleming_table(alphas, caps, min_rounds)})
     return table
+
+
+def write_table(sections: dict[str, dict[str, float]]) -> None:
+    """Replace these sections of the stored table, keeping the others."""
+    try:
+        doc = json.loads(BOUNDARIES.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc.update(sections)
+    doc.update({"method": f"thresholds: Pocock boundary on the paired t test's p values, {PAIRED_SIMS} simulated null "
+                          "runs per plan, seed 11 (search/boundaries.py); |arms=K: the blocked test of K arms, "
+                          f"{BLOCKED_SIMS} runs, seed 13; {OBF_SECTION}: c of the O'Brien-Fleming z boundary "
+                          "c * sqrt(N / k), on the paired null runs (seed 11)",
+                "key": "alpha|looks (rounds at each look)[|arms=K]"})
+    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
+    BOUNDARIES.write_text(json.dumps(doc, indent=1))
+    _stored_boundaries.cache_clear()

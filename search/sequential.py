@@ -21,10 +21,10 @@ distribution does not depend on the unknown variances). The thresholds of the us
 simulated once and stored with the code (search/data/paired_boundaries.json, written by
 `python -m search.sequential`); other plans are simulated on first use. `boundary="obrien-fleming"`
 (`--boundary`) replaces the one threshold by one per look that grows with the look (search/boundaries.py):
-early stops only on large changes, nearly a single look's power at the cap. The interval reported at a
-look has confidence 1 - p* of that look and says so (`level`). A run stops as soon as every gated metric is
-settled (regressed, improved or unchanged) or at the cap. Every answer carries the smallest change
-it could have seen (`mde`): an "unchanged" or "inconclusive" is only as strong as that.
+early stops only on large changes, nearly a single look's power at the cap (its constants stored beside them).
+The interval reported at a look has confidence 1 - p* of that look and says so (`level`). A run stops as soon
+as every gated metric is settled (regressed, improved or unchanged) or at the cap. Every answer carries the
+smallest change it could have seen (`mde`): an "unchanged" or "inconclusive" is only as strong as that.
 
 `compare_starts` (unpaired, two-sample t over starts) remains for samples that were not measured
 in the same rounds, e.g. a stored baseline against today's measurement.

@@ -16,6 +16,9 @@ from scipy import special
 from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
 from search.boundaries import (
     BOUNDARIES,
+    OBF_SECTION,
+    _null_paired_p,
+    _obf_constant,
     _simulate_paired,
     look_p_threshold,
     obrien_fleming_thresholds,
@@ -333,6 +336,10 @@ def test_an_obrien_fleming_plan_spends_little_early_and_nearly_all_at_the_last_l
     # a look between two of the plan's (a run stopped early) takes the last look passed
     assert look_p_threshold((3, 6, 10), 8, 0.01, boundary="obrien-fleming") == \
         obrien_fleming_thresholds((3, 6, 10), 0.01)[1]
+    # the usual plans' constants are stored with the code, and a fresh simulation agrees with them exactly
+    stored = json.loads(BOUNDARIES.read_text())[OBF_SECTION]
+    assert stored["0.01|3,4,5,6,7,8,9,10"] == _obf_constant(_null_paired_p(looks), looks, 0.01)
+    assert "0.01|3,6,10" not in stored  # another plan is simulated on first use
 
 
 def test_a_verdict_on_the_obrien_fleming_boundary_carries_its_look_s_level_and_says_so() -> None:
