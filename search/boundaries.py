@@ -137,17 +137,25 @@ def obrien_fleming_thresholds(looks: tuple[int, ...], alpha: float = DEFAULT_ALP
     return tuple(float(x) for x in 2 * stats.norm.sf(c * _obf_shape(looks)))
 
 
-def obrien_fleming_table(alphas: Sequence[float], caps: Sequence[int],
-                         min_rounds: int = MIN_STARTS) -> dict[str, float]:
-    """The O'Brien-Fleming constants of the usual plans (looks at min_rounds..cap), for the stored table:
-    one null simulation per cap, shared by every alpha."""
-    table = {}
-    for cap in caps:
-        looks = tuple(range(min(min_rounds, cap), cap + 1))
-        if len(looks) > 1:
-            null_p = _null_paired_p(looks)
-            table.update({_plan_key(looks, alpha): _obf_constant(null_p, looks, alpha) for alpha in alphas})
-    return table
+def _usual_plans(caps: Sequence[int], min_rounds: int) -> list[tuple[int, ...]]:
+    """The stored plans: looks after every round from min_rounds to each cap."""
+    plans = [tuple(range(min(min_rounds, cap), cap + 1)) for cap in caps]
+    return [looks for looks in plans if len(looks) > 1]
+
+
+def paired_tables(alphas: Sequence[float], caps: Sequence[int],
+                  min_rounds: int = MIN_STARTS) -> tuple[dict[str, float], dict[str, float]]:
+    """The Pocock thresholds and O'Brien-Fleming constants of the usual plans, for the stored table: one
+    null simulation per plan (the one `_simulate_paired` draws), shared by every alpha and both boundaries."""
+    pocock: dict[str, float] = {}
+    obf: dict[str, float] = {}
+    for looks in _usual_plans(caps, min_rounds):
+        null_p = _null_paired_p(looks)
+        smallest = null_p.min(axis=1)
+        for alpha in alphas:
+            pocock[_plan_key(looks, alpha)] = float(np.quantile(smallest, alpha))
+            obf[_plan_key(looks, alpha)] = _obf_constant(null_p, looks, alpha)
+    return pocock, obf
 
 
 def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA, arms: int = 2,
@@ -237,14 +245,9 @@ def blocked_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, ar
 
 def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
     """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
-    table = {}
-    for alpha in alphas:
-        for cap in caps:
-            looks = tuple(range(min(min_rounds, cap), cap + 1))
-            if len(looks) > 1:
-                table[_plan_key(looks, alpha)] = _simulate_paired(looks, alpha)
+    table, obf = paired_tables(alphas, caps, min_rounds)
     table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
-    write_table({"thresholds": table, OBF_SECTION: obrien_fleming_table(alphas, caps, min_rounds)})
+    write_table({"thresholds": table, OBF_SECTION: obf})
     return table
 
 
