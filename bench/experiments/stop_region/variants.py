@@ -148,6 +148,73 @@ def noise_prior(share: float):  # type: ignore[no-untyped-def]
     return learned
 
 
+class MixtureGP:
+    """Bayesian model averaging over fit_gp's kernel and noise grid ("bma"): every grid point weighted
+    by its marginal likelihood (penalty included), not the best alone. An additive-only fit that
+    explains the data rules out an untried param value seen only in slow regions; the mixture keeps
+    the local (interaction) kernels' doubt about it. predict gives the mixture's mean and sd."""
+
+    def __init__(self, parts: list[tuple[float, GPModel]]):
+        self.parts = parts
+        self.configs = parts[0][1].configs
+        self.noise = float(sum(w * m.noise for w, m in parts))
+
+    def predict(self, candidates: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        mean = np.zeros(len(candidates))
+        second = np.zeros(len(candidates))
+        for w, m in self.parts:
+            mu, sd = m.predict(candidates)
+            mean += w * mu
+            second += w * (sd ** 2 + mu ** 2)
+        return mean, np.sqrt(np.maximum(second - mean ** 2, 1e-12))
+
+    def incumbent(self) -> tuple[dict[str, Any], float, float]:
+        mu, sd = self.predict(self.configs)
+        i = int(np.argmax(mu))
+        return self.configs[i], float(mu[i]), float(sd[i])
+
+
+def fit_mixture(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
+                maximize: bool = True) -> MixtureGP | None:
+    """fit_gp's grid, every point kept with weight exp(-nll) (those within 7 nats of the best)."""
+    from scipy.linalg import cho_factor, cho_solve
+    observed = [o for o in observed if o.usable]
+    if not observed:
+        return None
+    sign = 1.0 if maximize else -1.0
+    y = np.array([sign * math.log(o.value) for o in observed if o.value is not None])
+    x = _encode([o.params for o in observed], dists)
+    d_xx = _distance(x, x, dists)
+    mean = float(np.mean(y))
+    yc = y - mean
+    centre, weight = surrogate.learned_noise(observed, noise_floor)
+    spread = float(np.var(y)) or 0.01
+    eye = np.eye(len(y))
+    weights = (0.0, spread / 2, spread, 2 * spread), (0.0, spread / 8, spread / 2, spread)
+    kernels = [(a, loc, ln) for a in weights[0] for loc in weights[1]
+               for ln in (surrogate.LENGTHS if loc else surrogate.LENGTHS[:1]) if a or loc]
+    seen: dict[str, dict[str, Any]] = {}
+    for o in observed:
+        seen.setdefault(surrogate._key(o.params), dict(o.params))
+    fits: list[tuple[float, GPModel]] = []
+    for step in surrogate.NOISE_STEPS:
+        noise = centre * step
+        penalty = weight * math.log(step) ** 2
+        for additive, local, length in kernels:
+            try:
+                factor = cho_factor(_kernel(d_xx, additive, local, length) + noise ** 2 * eye, lower=True)
+            except np.linalg.LinAlgError:
+                continue
+            alpha = cho_solve(factor, yc)
+            nll = 0.5 * float(yc @ alpha) + float(np.sum(np.log(np.diag(factor[0])))) + penalty
+            fits.append((nll, GPModel(dists, x, mean, (additive, local, length), factor, alpha, noise,
+                                      list(seen.values()), sign)))
+    low = min(n for n, _ in fits)
+    kept = [(math.exp(low - n), m) for n, m in fits if n - low < 7.0]
+    total = sum(w for w, _ in kept)
+    return MixtureGP([(w / total, m) for w, m in kept])
+
+
 def design_size(spec: int | str, n_params: int) -> int:
     if spec == "half":  # about half the params plus one, at least 4
         return max(4, (n_params + 1) // 2 + 1)
@@ -164,7 +231,8 @@ def applied(variant: dict[str, Any], n_params: int) -> Iterator[None]:
              "improvement_scores": nr.improvement_scores,
              "learned_noise": surrogate.learned_noise, "should_stop": nr.Run.should_stop,
              "confirm": nr.Run.confirm_and_pick, "N_DESIGN": nr.N_DESIGN, "MIN_RESULTS": nr.MIN_RESULTS,
-             "STOP_SHARE": nr.STOP_SHARE, "CONFIRM_ROUNDS": nr.CONFIRM_ROUNDS}
+             "STOP_SHARE": nr.STOP_SHARE, "CONFIRM_ROUNDS": nr.CONFIRM_ROUNDS,
+             "fit_gp": surrogate.fit_gp}
     try:
         for key, value in variant.items():
             if key == "stop":
@@ -179,6 +247,8 @@ def applied(variant: dict[str, Any], n_params: int) -> Iterator[None]:
                 nr.improvement_scores = ucb_scores(value)
             elif key == "noise_prior":
                 surrogate.learned_noise = noise_prior(value)
+            elif key == "bma":  # every module that calls fit_gp by name
+                surrogate.fit_gp = stopping.fit_gp = nr.fit_gp = fit_mixture  # type: ignore[assignment]
             elif key in ("N_DESIGN", "MIN_RESULTS"):
                 plus = 2 if key == "MIN_RESULTS" and variant.get("min_plus2") else 0
                 setattr(nr, key, design_size(value, n_params) + plus)
@@ -190,6 +260,7 @@ def applied(variant: dict[str, Any], n_params: int) -> Iterator[None]:
         nr.guided_step = saved["guided_step"]
         nr.improvement_scores = saved["improvement_scores"]
         surrogate.learned_noise = saved["learned_noise"]
+        surrogate.fit_gp = stopping.fit_gp = nr.fit_gp = saved["fit_gp"]
         nr.Run.should_stop = saved["should_stop"]  # type: ignore[method-assign]
         nr.Run.confirm_and_pick = saved["confirm"]  # type: ignore[method-assign]
         for key in ("N_DESIGN", "MIN_RESULTS", "STOP_SHARE", "CONFIRM_ROUNDS"):
@@ -213,6 +284,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "d_halfp2": {"N_DESIGN": "halfp2"},
     "d_halfp2_min": {"N_DESIGN": "halfp2", "MIN_RESULTS": "halfp2"},
     "noise1": {"noise_prior": 1.0},
+    "bma": {"bma": True},
+    "bma_share02": {"bma": True, "STOP_SHARE": 0.2},
+    "bma_share03": {"bma": True, "STOP_SHARE": 0.3},
+    "bma_small": {"bma": True, "N_DESIGN": "half", "MIN_RESULTS": "half", "min_plus2": True},
     "ucb05_fixed9": {"budget": 9, "ucb": 0.5},
     "ucb1_fixed9": {"budget": 9, "ucb": 1.0},
     "ucb2_fixed9": {"budget": 9, "ucb": 2.0},
