@@ -129,15 +129,16 @@ class GPModel:
         return self.configs[i], float(mu[i]), float(sd[i])
 
 
-def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
-           maximize: bool = True) -> GPModel | None:
-    """Kernel weights, length and noise by marginal likelihood over a small grid; the noise is
-    centred on `learned_noise` (the study's repeats) with a penalty as strong as their count.
-    None without a usable observation."""
+def grid_fits(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
+              maximize: bool = True) -> list[tuple[float, GPModel]]:
+    """Every point of the kernel-weight, length and noise grid fitted: (negative log marginal
+    likelihood with the noise penalty, model), in grid order. The noise is centred on
+    `learned_noise` (the study's repeats) with a penalty as strong as their count. Empty without a
+    usable observation."""
     from scipy.linalg import cho_factor, cho_solve  # lazily: scipy costs every CLI start ~0.25 s
     observed = [o for o in observed if o.usable]
     if not observed:
-        return None
+        return []
     sign = 1.0 if maximize else -1.0
     y = np.array([sign * math.log(o.value) for o in observed if o.value is not None])
     x = _encode([o.params for o in observed], dists)
@@ -147,10 +148,14 @@ def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], 
     centre, weight = learned_noise(observed, noise_floor)
     spread = float(np.var(y)) or 0.01
     eye = np.eye(len(y))
-    best: tuple[float, tuple[float, float, float], Any, float] | None = None
     weights = (0.0, spread / 2, spread, 2 * spread), (0.0, spread / 8, spread / 2, spread)
     kernels = [(a, loc, ln) for a in weights[0] for loc in weights[1] for ln in (LENGTHS if loc else LENGTHS[:1])
                if a or loc]
+    seen: dict[str, dict[str, Any]] = {}
+    for o in observed:
+        seen.setdefault(_key(o.params), dict(o.params))
+    configs = list(seen.values())
+    fits: list[tuple[float, GPModel]] = []
     for step in NOISE_STEPS:
         noise = centre * step
         penalty = weight * math.log(step) ** 2
@@ -161,13 +166,17 @@ def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], 
                 continue
             alpha = cho_solve(factor, yc)
             nll = 0.5 * float(yc @ alpha) + float(np.sum(np.log(np.diag(factor[0])))) + penalty
-            if best is None or nll < best[0]:
-                best = (nll, (additive, local, length), (factor, alpha), noise)
-    assert best is not None
-    seen: dict[str, dict[str, Any]] = {}
-    for o in observed:
-        seen.setdefault(_key(o.params), dict(o.params))
-    return GPModel(dists, x, mean, best[1], best[2][0], best[2][1], best[3], list(seen.values()), sign)
+            fits.append((nll, GPModel(dists, x, mean, (additive, local, length), factor, alpha, noise, configs, sign)))
+    assert fits
+    return fits
+
+
+def fit_gp(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
+           maximize: bool = True) -> GPModel | None:
+    """The grid point of highest marginal likelihood (grid_fits; the first of equals). None without
+    a usable observation."""
+    fits = grid_fits(observed, dists, noise_floor, maximize)
+    return min(fits, key=lambda f: f[0])[1] if fits else None
 
 
 def gp_posterior(observed: Sequence[Observation], candidates: Sequence[dict[str, Any]],

@@ -176,44 +176,15 @@ class MixtureGP:
 
 def fit_mixture(observed: Sequence[Observation], dists: dict[str, BaseDistribution], noise_floor: float,
                 maximize: bool = True) -> MixtureGP | None:
-    """fit_gp's grid, every point kept with weight exp(-nll) (those within 7 nats of the best)."""
-    from scipy.linalg import cho_factor, cho_solve
-    observed = [o for o in observed if o.usable]
-    if not observed:
+    """fit_gp's grid (surrogate.grid_fits), every point kept with weight exp(-nll) (those within 7
+    nats of the best)."""
+    fits = surrogate.grid_fits(observed, dists, noise_floor, maximize)
+    if not fits:
         return None
-    sign = 1.0 if maximize else -1.0
-    y = np.array([sign * math.log(o.value) for o in observed if o.value is not None])
-    x = _encode([o.params for o in observed], dists)
-    d_xx = _distance(x, x, dists)
-    mean = float(np.mean(y))
-    yc = y - mean
-    centre, weight = surrogate.learned_noise(observed, noise_floor)
-    spread = float(np.var(y)) or 0.01
-    eye = np.eye(len(y))
-    weights = (0.0, spread / 2, spread, 2 * spread), (0.0, spread / 8, spread / 2, spread)
-    kernels = [(a, loc, ln) for a in weights[0] for loc in weights[1]
-               for ln in (surrogate.LENGTHS if loc else surrogate.LENGTHS[:1]) if a or loc]
-    seen: dict[str, dict[str, Any]] = {}
-    for o in observed:
-        seen.setdefault(surrogate._key(o.params), dict(o.params))
-    fits: list[tuple[float, GPModel]] = []
-    for step in surrogate.NOISE_STEPS:
-        noise = centre * step
-        penalty = weight * math.log(step) ** 2
-        for additive, local, length in kernels:
-            try:
-                factor = cho_factor(_kernel(d_xx, additive, local, length) + noise ** 2 * eye, lower=True)
-            except np.linalg.LinAlgError:
-                continue
-            alpha = cho_solve(factor, yc)
-            nll = 0.5 * float(yc @ alpha) + float(np.sum(np.log(np.diag(factor[0])))) + penalty
-            fits.append((nll, GPModel(dists, x, mean, (additive, local, length), factor, alpha, noise,
-                                      list(seen.values()), sign)))
     low = min(n for n, _ in fits)
     kept = [(math.exp(low - n), m) for n, m in fits if n - low < 7.0]
     total = sum(w for w, _ in kept)
     return MixtureGP([(w / total, m) for w, m in kept])
-
 
 def design_size(spec: int | str, n_params: int) -> int:
     if spec == "half":  # about half the params plus one, at least 4
