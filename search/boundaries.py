@@ -81,8 +81,13 @@ def _null_paired_p(looks: tuple[int, ...], sims: int = PAIRED_SIMS, seed: int = 
                                                                            / math.sqrt(n)))) for n in looks], axis=1)
 
 
+def _pocock_threshold(null_p: np.ndarray, alpha: float) -> float:
+    """The one p threshold whose chance of any crossing on these null p values (one row a run) is alpha."""
+    return float(np.quantile(null_p.min(axis=1), alpha))
+
+
 def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
-    return float(np.quantile(_null_paired_p(looks, sims, seed).min(axis=1), alpha))
+    return _pocock_threshold(_null_paired_p(looks, sims, seed), alpha)
 
 
 @lru_cache(maxsize=256)
@@ -151,9 +156,8 @@ def paired_tables(alphas: Sequence[float], caps: Sequence[int],
     obf: dict[str, float] = {}
     for looks in _usual_plans(caps, min_rounds):
         null_p = _null_paired_p(looks)
-        smallest = null_p.min(axis=1)
         for alpha in alphas:
-            pocock[_plan_key(looks, alpha)] = float(np.quantile(smallest, alpha))
+            pocock[_plan_key(looks, alpha)] = _pocock_threshold(null_p, alpha)
             obf[_plan_key(looks, alpha)] = _obf_constant(null_p, looks, alpha)
     return pocock, obf
 
