@@ -1,7 +1,7 @@
 """How fast can flagsearch's streaming client go? (so that we know it is never the bottleneck)
 
 Starts a local OpenAI-compatible stand-in server (this file with --serve) that streams SSE
-chunks as fast as it can, one token per chunk, pinned to one core; the client (harness.client,
+chunks as fast as it can, one token per chunk, pinned to one core; the client (harness.measure.client,
 the same code path as every measurement) runs pinned to the other core. Prints, per concurrency:
 streamed tokens/s the client handled on its one core, and the TTFT it adds (request sent ->
 first content token parsed, with a server that answers at once), measured by a probe that sends
@@ -76,7 +76,7 @@ async def run_client(base: str, tokens: int, concurrency: int, requests_per_stre
     time, whose TTFT is what the client adds to a new request while it is busy with the others."""
     import httpx
 
-    from harness.client import stream_chat
+    from harness.measure.client import stream_chat
 
     payload = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": tokens}
     probe_payload = {**payload, "max_tokens": 2}

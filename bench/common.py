@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import Measurement, MeasureSettings, QualityPlan, RunRequest, Session
-from search.space import Config, Space
+from search.space.space import Config, Space
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "data"
@@ -38,7 +38,7 @@ def measure_settings(space: Space) -> MeasureSettings:
 def run_config(session: Session, space: Space, values: Mapping[str, Any], log_dir: Path, fresh: bool = True,
                quality: QualityPlan | None = None) -> Measurement:
     """One config of the space through Session.run, at every load point of the space (the
-    workloads named `<workload>@<param>=<value>` as search/curves.py reads them). Raises TrialFailed."""
+    workloads named `<workload>@<param>=<value>` as search/study/curves.py reads them). Raises TrialFailed."""
     return session.run(request_for(space, values, log_dir, fresh), space.curve_specs(), measure_settings(space),
                        quality)
 

@@ -2,7 +2,7 @@
 default first, the space-filling design, then guided configs up to the demo's trials, each start
 drawn from the table's spread (bench/noisy_replay.py: Noise); then the demo's confirmation of the
 best config other than the default against it and the 10% positive control, with the product's test and
-answer (search/confirm.py: judge, _answer): DEMO_ROUNDS rounds at most, DEMO_REPEATS runs a start,
+answer (search/confirm/confirm.py: judge, _answer): DEMO_ROUNDS rounds at most, DEMO_REPEATS runs a start,
 each start's level N(0, the noise level) and its runs the table's run residuals drawn again. Two
 scores per noise level: the ranking's best within 5% of the table's best median at the demo's load,
 and the answer within 5%: the confirmed winner, else the default (kept when nothing is confirmed,
@@ -17,9 +17,9 @@ import numpy as np
 
 from bench.common import typed_cell
 from bench.noisy_replay import Noise, Run, guided_step, level_sd, measured_runs
-from search.confirm import Arm, _answer, judge
-from search.sampler import latin_design
-from search.sequential import MIN_STARTS, settled
+from search.confirm.confirm import Arm, _answer, judge
+from search.sampling.sampler import latin_design
+from search.verdicts.sequential import MIN_STARTS, settled
 
 if TYPE_CHECKING:
     from bench.replay import Table
@@ -115,7 +115,7 @@ def demo_report(path: Path, default: dict[str, Any], levels: list[str], seeds: i
             i = ranked[0]
             picks[i] = picks.get(i, 0) + 1
             near += median(i) >= (1 - within) * best
-            # As the product (search/confirm.py: candidates), the confirmation's top config is the best
+            # As the product (search/confirm/confirm.py: candidates), the confirmation's top config is the best
             # measured one other than the default, also when the default ranked first.
             top = next((j for j in ranked if j != home), None)
             won, held = (False, False) if top is None else demo_confirm(

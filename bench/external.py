@@ -1,7 +1,7 @@
 """The built-in measurement beside external benchmark tools (`vllm bench serve`, and AIPerf when
 installed) on ONE server, interleaved: the server is started and measured through the product's
 door (harness.Session.run, kept running between turns), the external tools point at the same
-address, and their JSON exports are read by harness/external_bench.py into flagsearch's metric
+address, and their JSON exports are read by harness/measure/external_bench.py into flagsearch's metric
 names, so the table compares like with like.
 
     flock /tmp/flagsearch-measure.lock .venv/bin/python -m bench.external \\
@@ -35,11 +35,11 @@ import httpx
 
 from bench.common import DATA, REPO, request_for
 from harness import Measurement, MeasureSettings, RunRequest, Session, flagsearch_home, get_engine
-from harness.client import served_model_id
-from harness.external_bench import parse_export, run_vllm_bench
-from harness.workloads import Item, WorkloadSpec
-from search.baseline import config_params, parse_assignments
-from search.space import load_space
+from harness.measure.client import served_model_id
+from harness.measure.external_bench import parse_export, run_vllm_bench
+from harness.measure.workloads import Item, WorkloadSpec
+from search.regress.baseline import config_params, parse_assignments
+from search.space.space import load_space
 
 KEYS = [("decode tok/s (streams/TPOT p50)", "decode_from_tpot", 1.0),
         ("decode tok/s (window)", "decode_tok_s", 1.0), ("output tok/s", "output_tok_s", 1.0),

@@ -40,8 +40,8 @@ import optuna
 from bench.common import DATA, loadavg, now, run_config
 from bench.replay import table_metric
 from harness import LaunchFailed, Session, TrialFailed
-from search.space import Space, load_space
-from search.space_schema import BoolParam, CategoricalParam, FixedParam
+from search.space.schema import BoolParam, CategoricalParam, FixedParam
+from search.space.space import Space, load_space
 
 MEASURE_COLUMNS = ["start", "repeat", "status", "failure", "output_tok_s", "decode_tok_s", "ttft_p50_s", "stream_tok_s",
                    "errors",

@@ -7,11 +7,11 @@ s = the noise level (2%, 5%, 10%; `table`: the table's own start-to-start spread
 several starts per config, else none). One draw per (seed, config, k-th start of that config),
 shared by every arm: the arms meet the same luck.
 
-Every arm ends with its own pick, after the same stop rule (search/stopping.py) and the same
+Every arm ends with its own pick, after the same stop rule (search/sampling/stopping.py) and the same
 confirmation: the model's two best measured configs re-measured CONFIRM_ROUNDS times each on fresh
 starts (counted), then the model's incumbent with those repeats is the pick. Arms differ only in
 what they measure next: random configs; plain TPE (Optuna's TPESampler); Optuna's GPSampler
-(needs torch; skipped without it); flagsearch (search/sampler.py's space-filling design, then the
+(needs torch; skipped without it); flagsearch (search/sampling/sampler.py's space-filling design, then the
 highest expected improvement over the model's incumbent); and random configs at fixed budgets
 (no stop rule), to read the starts random needs for a given pick rate. A config an Optuna sampler
 proposes again is not started again (the loop reuses the result); 25 such in a row end the
@@ -35,10 +35,10 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from bench.common import typed_cell
-from search import stopping
-from search.sampler import latin_design
-from search.stopping import nothing_left_to_win
-from search.surrogate import FailureModel, Observation, fit_gp, improvement_scores
+from search.sampling import stopping
+from search.sampling.sampler import latin_design
+from search.sampling.stopping import nothing_left_to_win
+from search.sampling.surrogate import FailureModel, Observation, fit_gp, improvement_scores
 
 if TYPE_CHECKING:
     from bench.replay import Config, Table
@@ -51,9 +51,9 @@ ADAPTIVE = True
 CONTENTION = 0.1
 STATED_FLOOR = 0.05  # the space schema's default measure.noise_floor: every arm's noise prior
 EXHAUSTED_AFTER = 25
-STOP_SHARE: float | None = None  # None: search/stopping.py's
-N_DESIGN: int | None = None  # None: search/sampler.py's default_design_size
-MIN_RESULTS: int | None = None  # None: search/stopping.py's study_should_stop (one per param, plus two)
+STOP_SHARE: float | None = None  # None: search/sampling/stopping.py's
+N_DESIGN: int | None = None  # None: search/sampling/sampler.py's default_design_size
+MIN_RESULTS: int | None = None  # None: search/sampling/stopping.py's study_should_stop (one per param, plus two)
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,10 @@ from harness import (
     TrialFailed,
     flagsearch_home,
 )
-from harness.quality import QualityModel, QualityResult, checks_for, quality_metrics, suites
-from harness.reference import ReferenceSpec, prompt_sets
-from search.baseline import config_params, parse_assignments
-from search.space import load_space
+from harness.quality.quality import QualityModel, QualityResult, checks_for, quality_metrics, suites
+from harness.quality.reference import ReferenceSpec, prompt_sets
+from search.regress.baseline import config_params, parse_assignments
+from search.space.space import load_space
 
 NO_WORKLOADS = MeasureSettings(repeats=1, warmup=False)
 

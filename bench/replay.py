@@ -8,9 +8,9 @@ Methods (each seeded; the grid is one fixed order):
 - random configs: server configs in random order, every point measured on each start;
 - plain TPE: Optuna's TPE over server params and concurrency, one point per trial, failures told
   as PRUNED (the old loop); a repeated point costs a trial but no start;
-- flagsearch: search/sampler.py's make_sampler over the server params; every start measures all
-  points and tells the best of its curve; failures told as search/sampler.py says; duplicates
-  drawn again; "+ stop" also runs search/stopping.py's rule after every start and, when it
+- flagsearch: search/sampling/sampler.py's make_sampler over the server params; every start measures all
+  points and tells the best of its curve; failures told as search/sampling/sampler.py says; duplicates
+  drawn again; "+ stop" also runs search/sampling/stopping.py's rule after every start and, when it
   fires, spends one confirmation start on the incumbent (counted).
 
 "Best-equivalent": a point whose CI reaches within `--tolerance` (3%) of the best point's CI:
@@ -39,9 +39,9 @@ import numpy as np
 import optuna
 
 from bench.common import typed_cell
-from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
-from search.space import Space, parse_space
-from search.stopping import study_should_stop
+from search.sampling.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
+from search.sampling.stopping import study_should_stop
+from search.space.space import Space, parse_space
 
 MEASURE_COLUMNS = {"concurrency", "start", "repeat", "status", "failure", "output_tok_s", "ttft_p50_s",
                    "stream_tok_s", "errors", "ready_s", "max_tokens", "loadavg_1m", "loadavg_5m", "measured_at",
@@ -424,7 +424,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.demo:
         from bench.demo_replay import demo_report
-        from search.baseline import parse_assignments
+        from search.regress.baseline import parse_assignments
 
         for path in args.tables:
             print(demo_report(path, parse_assignments(args.demo), (args.noise or "table,0.05").split(","), args.seeds))

@@ -6,7 +6,7 @@ raises `TrialFailed` (`LaunchFailed` when the server never got ready) with a cla
 `get_engine` / `DIALECTS` are the engine registry (one module per engine under harness/engines/).
 Everything else in harness/ is an implementation detail of that door.
 
-The names load on first use (PEP 562), so that a light module (harness.throttle, run at every
+The names load on first use (PEP 562), so that a light module (harness.launch.throttle, run at every
 start of a throttled server) does not pay for the HTTP client and the engines.
 """
 

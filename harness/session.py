@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from harness.client import served_model_id, tls_context
 from harness.engines import Engine, EngineSettings, FailureCause, ModelChoice, StartupInfo, get_engine
 from harness.failure import Cause, Failure, TrialFailed
-from harness.fingerprint import fingerprint
+from harness.host.fingerprint import fingerprint
 from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wait_ready
 from harness.launch.base import Server
-from harness.measure import WorkloadMeasurement, measure_workload
-from harness.roofline import Roofline
-from harness.steady import MeasurePolicy
-from harness.workloads import WorkloadSpec
+from harness.measure.client import served_model_id, tls_context
+from harness.measure.measure import WorkloadMeasurement, measure_workload
+from harness.measure.roofline import Roofline
+from harness.measure.steady import MeasurePolicy
+from harness.measure.workloads import WorkloadSpec
 
 if TYPE_CHECKING:  # types only: the quality modules are imported where they are used
-    from harness.quality import QualityModel, QualityResult
-    from harness.reference import ReferenceAnswers, ReferenceSpec
+    from harness.quality.quality import QualityModel, QualityResult
+    from harness.quality.reference import ReferenceAnswers, ReferenceSpec
 
 Progress = Callable[[str], None]
 # Request errors that mean the connection broke (the server may be dying), and how long a dying
@@ -55,7 +55,7 @@ class MeasureSettings:
     repeats: int = 3
     warmup: bool = True
     request_timeout_s: float = 300.0
-    policy: MeasurePolicy | None = None  # steady state, stalls, adaptive length (harness/steady.py)
+    policy: MeasurePolicy | None = None  # steady state, stalls, adaptive length (harness/measure/steady.py)
 
 
 @dataclass
@@ -330,7 +330,7 @@ class Session:
                           timeout_s: float) -> ReferenceAnswers:
         """Start (or reuse) the reference config's server and record its answers to the reference
         prompts: the door's other verb, used once per study. Raises LaunchFailed."""
-        from harness.reference import capture_reference
+        from harness.quality.reference import capture_reference
 
         running, _ = self.pool.acquire(request)
 
@@ -396,7 +396,7 @@ def _exits_within(running: RunningConfig, seconds: float) -> bool:
 
 
 async def _assess(running: RunningConfig, plan: QualityPlan) -> QualityResult:
-    from harness.quality import assess
+    from harness.quality.quality import assess
 
     return await assess(running.base_url, await _model_id_of(running.base_url), running.engine.dialect,
                         plan.spec, plan.reference, plan.timeout_s)

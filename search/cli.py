@@ -15,9 +15,9 @@ import sqlalchemy.exc
 from harness import secrets
 from harness.launch.reaper import Terminated, install_signal_handlers, stop_all
 from search import commands
-from search.results import ResultsError
-from search.space import SpaceError
-from search.storage import storage_for
+from search.space.space import SpaceError
+from search.store.results import ResultsError
+from search.store.storage import storage_for
 from search.terminal import err, install_scrubbing_streams, safe
 from search.terminal import out as console
 

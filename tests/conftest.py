@@ -32,7 +32,7 @@ from harness import (
 from harness.launch.base import Server
 
 if TYPE_CHECKING:
-    from harness.quality import QualityResult
+    from harness.quality.quality import QualityResult
 
 # `make test` (and so CI) draws the same property-test examples every run (HYPOTHESIS_PROFILE=ci in
 # scripts/test.sh): a submission is judged on a known set, not on whatever a new seed finds that day (one
@@ -158,7 +158,7 @@ def llama_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]
 
 
 class Quiet:
-    """A study reporter (search.study.Reporter) that prints nothing: for tests that run a study
+    """A study reporter (search.study.study.Reporter) that prints nothing: for tests that run a study
     in-process and read its records."""
 
     def trial_started(self, *args: object) -> None: ...

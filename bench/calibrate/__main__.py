@@ -10,8 +10,8 @@ from pathlib import Path
 
 from bench.calibrate import bound, confirmations, live, power, rejudge, replay, simulate
 from bench.common import DATA
-from search.baseline import parse_assignments
-from search.boundaries import BOUNDARY_KINDS
+from search.regress.baseline import parse_assignments
+from search.verdicts.boundaries import BOUNDARY_KINDS
 
 
 def _ints(text: str) -> list[int]:

@@ -5,7 +5,8 @@ power, for three tests from the most to the least favourable to the goal:
   or may stop early does better at the same false-alarm rate);
 - a t test, one look at the end (the noise estimated from the rounds themselves);
 - the gate's own plan: looks at every round from the third to N, with its Pocock threshold (the default) or
-  the O'Brien-Fleming one (search.sequential.rounds_needed, the number every report's "would settle" hint prints).
+  the O'Brien-Fleming one (search.verdicts.sequential.rounds_needed, the number every report's "would settle"
+  hint prints).
 
 The noise is the paired residual per start (the spread of a start's value that its round does not share:
 between starts and run to run, runs averaged in), as `bench.calibrate analyze` and the docs report it.
@@ -19,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from search.boundaries import MAX_PLANNED_ROUNDS
-from search.gate import DEFAULT_ALPHA
-from search.sequential import rounds_needed
+from search.verdicts.boundaries import MAX_PLANNED_ROUNDS
+from search.verdicts.gate import DEFAULT_ALPHA
+from search.verdicts.sequential import rounds_needed
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def largest_noise(starts: int, effect: float, alpha: float, power: float) -> flo
 
 
 # The throughput verdict's share of a run's false-alarm budget in every live run: a family of two, the metric
-# and its workload's error rate (search.ab.family).
+# and its workload's error rate (search.regress.ab.family).
 METRIC_ALPHA = DEFAULT_ALPHA / 2
 
 

@@ -1,5 +1,5 @@
 """The one place the bench replays the product's gate: stored rounds of two sides through
-search.ab's sequential stop rule and its report, exactly as `search ab` decides after each round."""
+search.regress.ab's sequential stop rule and its report, exactly as `search ab` decides after each round."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from harness.stats import clopper_pearson, clopper_pearson_upper
-from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
-from search.gate import MetricVerdict
+from harness.measure.stats import clopper_pearson, clopper_pearson_upper
+from search.regress.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.verdicts.gate import MetricVerdict
 
 
 @dataclass(frozen=True)

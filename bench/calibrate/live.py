@@ -1,9 +1,9 @@
-"""Live calibration: independent repetitions of `search ab` itself (search.ab.run_interleaved with
+"""Live calibration: independent repetitions of `search ab` itself (search.regress.ab.run_interleaved with
 its sequential stop rule: fresh starts, ABBA order, every run through harness.Session.run) for
 pairs of arms of one config. Each repetition is one verdict exactly as `search ab` gives it; a
 measure file keeps every repetition's rounds (all runs of every start) for the analysis.
 
-Arms: `A` and `A2` are the pinned config (A/A); `T5`/`T10`/`T20` run it under harness/throttle.py
+Arms: `A` and `A2` are the pinned config (A/A); `T5`/`T10`/`T20` run it under harness/launch/throttle.py
 (frozen for that share of every 100 ms: a CPU quota without cgroups), `S5`/`S10`/`S20` under its
 `--stretch` proxy (every response byte delivered later: a load-independent slowdown);
 `set:k=v,k2=v2` is another config of the space (e.g. on a GPU, `set:cache_type_k=q8_0`).
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, measure_settings
-from search.ab import SequentialPlan, Subject, report_from_run, run_interleaved, sequential_stop, subject_from
-from search.baseline import config_params, parse_assignments, pinned_space, raw_space_doc
-from search.results import write_json_atomic
-from search.space import load_space
+from search.regress.ab import SequentialPlan, Subject, report_from_run, run_interleaved, sequential_stop, subject_from
+from search.regress.baseline import config_params, parse_assignments, pinned_space, raw_space_doc
+from search.space.space import load_space
+from search.store.results import write_json_atomic
 
 THROTTLES = {"T5": 0.05, "T10": 0.10, "T20": 0.20}
 STRETCHES = {"S5": 0.05, "S10": 0.10, "S20": 0.20}
@@ -30,7 +30,7 @@ DEFAULT_SPACE = REPO / "bench" / "tables" / "calibrate-cpu.yaml"
 
 
 def subjects(space_path: Path, sets: dict[str, Any], names: set[str]) -> dict[str, Subject]:
-    """The arms asked for, as search.ab subjects of the pinned config."""
+    """The arms asked for, as search.regress.ab subjects of the pinned config."""
     space = load_space(space_path)
     raw = raw_space_doc(space_path)
     base = config_params(space, sets)
@@ -43,7 +43,7 @@ def subjects(space_path: Path, sets: dict[str, Any], names: set[str]) -> dict[st
         elif name in THROTTLES or name in STRETCHES:
             fraction = THROTTLES.get(name) or STRETCHES[name]
             stretch = " --stretch" if name in STRETCHES else ""
-            command = f"{shlex.quote(sys.executable)} -m harness.throttle {fraction}{stretch} -- {engine_cmd}"
+            command = f"{shlex.quote(sys.executable)} -m harness.launch.throttle {fraction}{stretch} -- {engine_cmd}"
             out[name] = subject_from(pinned, config, name, command=command)
         elif name.startswith("set:"):
             other = config_params(space, {**sets, **parse_assignments(name[4:].split(","))})

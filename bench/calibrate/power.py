@@ -43,8 +43,8 @@ import numpy as np
 
 from bench.calibrate.gate import final_verdict, lower_bound
 from bench.common import DATA
-from harness.stats import clopper_pearson_upper, variance_components
-from search.ab import SequentialPlan
+from harness.measure.stats import clopper_pearson_upper, variance_components
+from search.regress.ab import SequentialPlan
 
 METRIC = "single.output_tok_s"
 DEFAULT = "fa=on b=2048 ub=512 kv=f16/f16 np=4 ngl=99"
@@ -71,7 +71,8 @@ def load_starts(path: Path) -> list[Start]:
 
 
 def components(starts: list[list[float]]) -> tuple[float, float, int]:
-    """(within-start CV, between-start CV, number of starts): harness.stats' one-way random effects on log tok/s."""
+    """(within-start CV, between-start CV, number of starts): harness.measure.stats' one-way random effects on
+    log tok/s."""
     vc = variance_components([s for s in starts if len(s) >= 2])
     return vc.sd_within, vc.sd_between, vc.starts
 

@@ -1,6 +1,6 @@
 """Stored confirmations judged again: each arm against the default with the paired test (one
 arm's within-round differences, n - 1 degrees of freedom) and with the blocked test the
-confirmation now uses (search/blocked.py: the start noise pooled over all arms of the rounds),
+confirmation now uses (search/verdicts/blocked.py: the start noise pooled over all arms of the rounds),
 on the same rounds, plan of looks and level. Prints, per arm, both intervals and verdicts and the
 ratio of their widths (log scale), then each confirmation's answer under both."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.calibrate.confirmations import load
-from search.confirm import Arm, _answer, comparison_alpha, judge
-from search.gate import MetricVerdict
-from search.sequential import compare_paired
+from search.confirm.confirm import Arm, _answer, comparison_alpha, judge
+from search.verdicts.gate import MetricVerdict
+from search.verdicts.sequential import compare_paired
 
 LOOKS = re.compile(r"looks at (\d+)\.\.(\d+) rounds")
 

@@ -17,10 +17,10 @@ import numpy as np
 
 from bench.calibrate.confirmations import centered, pooled_sd
 from bench.calibrate.gate import final_verdict, fmt_rate, sequential
-from harness.stats import variance_components
-from search.ab import SequentialPlan
-from search.gate import MetricVerdict
-from search.sequential import compare_errors, compare_quality, sequential_p_threshold, starts_needed
+from harness.measure.stats import variance_components
+from search.regress.ab import SequentialPlan
+from search.verdicts.gate import MetricVerdict
+from search.verdicts.sequential import compare_errors, compare_quality, sequential_p_threshold, starts_needed
 
 METRIC = "decode_tok_s"
 

@@ -17,7 +17,7 @@ import numpy as np
 from bench.calibrate.gate import sequential
 from bench.calibrate.power import DEFAULT, METRIC, components, cp_lower, cp_upper
 from bench.calibrate.replay import truth
-from search.sequential import MIN_STARTS
+from search.verdicts.sequential import MIN_STARTS
 
 
 @dataclass

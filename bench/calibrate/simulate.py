@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.calibrate.gate import sequential
-from search.sequential import compare_errors
+from search.verdicts.sequential import compare_errors
 
 
 def draw_side(rng: np.random.Generator, level: float, starts: int, runs: int, sd_between: float,

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import httpx
 
 from harness.launch.spec import LaunchSpec, Volume
-from harness.logprobs import Position, forced_by_resuming
+from harness.quality.logprobs import Position, forced_by_resuming
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,7 @@ class Engine(ABC):
                                prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,
                                timeout_s: float) -> tuple[dict[int, Position], int]:
         """Teacher-forced logprobs of a reference answer (`token_ids` after `prompt_ids`) at its
-        positions start.., and the requests it took (harness/reference.py). Default: resume
+        positions start.., and the requests it took (harness/quality/reference.py). Default: resume
         generation from the forced prefix, which any server with completion logprobs can do."""
         return await forced_by_resuming(client, base_url, model_id, prompt_ids, token_ids, start, top_k, timeout_s)
 
@@ -366,7 +366,7 @@ class Engine(ABC):
     # whose _version.py holds the build's commit: read in the engine's own interpreter (fingerprint.py).
     distributions: ClassVar[tuple[str, ...]] = ()
     commit_modules: ClassVar[tuple[str, ...]] = ()
-    # What a pip build of one of the engine's distributions needs beside it (harness/build_envs.py),
+    # What a pip build of one of the engine's distributions needs beside it (harness/builds/envs.py),
     # keyed by the distribution a requirement installs.
     pip_bases: ClassVar[dict[str, BasePlan]] = {}
 
@@ -394,7 +394,7 @@ class Engine(ABC):
 
     def help_args(self) -> tuple[str, ...]:
         """What, after the engine's command, makes this build print every flag it knows (preflight
-        reads flag names from it: search/preflight.py)."""
+        reads flag names from it: search/study/preflight.py)."""
         return ("--help",)
 
     def memory_knobs(self, settings: EngineSettings, flags: Mapping[str, Any]) -> MemoryKnobs:
@@ -408,11 +408,11 @@ class Engine(ABC):
 
     def natural_extras(self) -> dict[str, Any]:
         """request_extras() without what forces the output length: answers end where the model ends
-        them (harness/natural_end.py)."""
+        them (harness/measure/natural_end.py)."""
         return {k: v for k, v in self.request_extras().items() if k != "ignore_eos"}
 
     # True when request_extras() makes the server generate exactly max_tokens (no stop at end of
-    # sequence): the decode window (harness/window.py) then has the same length for every engine.
+    # sequence): the decode window (harness/measure/window.py) then has the same length for every engine.
     exact_output_tokens: ClassVar[bool] = True
 
     def timing_metrics(self, timings: Mapping[str, Any]) -> dict[str, float]:

@@ -22,7 +22,7 @@ from harness.engines.base import (
     server_field,
 )
 from harness.launch.spec import LaunchSpec
-from harness.logprobs import Position, complete, token_id, top
+from harness.quality.logprobs import Position, complete, token_id, top
 
 # Flags that are on by default in vLLM; False must be spelled --no-<flag> to have an effect.
 _NEGATABLE = frozenset({"enable_prefix_caching", "enable_chunked_prefill", "async_scheduling"})

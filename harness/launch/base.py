@@ -9,8 +9,8 @@ from typing import Protocol
 
 import httpx
 
-from harness.client import tls_context
 from harness.launch.spec import LaunchSpec
+from harness.measure.client import tls_context
 
 
 class StartupError(Exception):

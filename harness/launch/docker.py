@@ -30,12 +30,13 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest
 
-from harness import hostload, secrets
-from harness.client import forget_api_key, register_api_key
+from harness import secrets
+from harness.host import hostload
 from harness.launch import reaper
 from harness.launch.base import StartupError
 from harness.launch.cpus import check_cpus
 from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
+from harness.measure.client import forget_api_key, register_api_key
 
 LABEL = "flagsearch"
 

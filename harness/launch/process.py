@@ -38,11 +38,11 @@ from pathlib import Path
 import psutil
 
 from harness import secrets
-from harness.client import forget_api_key, register_api_key
 from harness.launch import reaper
 from harness.launch.base import StartupError
 from harness.launch.cpus import check_cpus
 from harness.launch.spec import LaunchSpec
+from harness.measure.client import forget_api_key, register_api_key
 
 _PR_SET_PDEATHSIG = 1
 WATCHDOG_GRACE_S = 5.0

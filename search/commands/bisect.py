@@ -4,8 +4,8 @@
         --metric four_streams.output_tok_s --out results/bisect-x
 
 Builds are ordered oldest first; the first is taken as good. Each probe is an interleaved A/B
-(search.ab.run_interleaved) of a build against the last build found good, judged by the paired
-sequential test every verb uses (search.sequential.compare_paired, rounds paired) on one metric,
+(search.regress.ab.run_interleaved) of a build against the last build found good, judged by the paired
+sequential test every verb uses (search.verdicts.sequential.compare_paired, rounds paired) on one metric,
 with the looks a probe can have (after --rounds, 2x --rounds, ... up to --max-rounds) in its
 boundary. The question is one-sided (did this build regress by the threshold?): a probe whose
 interval excludes that regression is good. The first probe is the last build (is there a
@@ -32,13 +32,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
+from harness.builds.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
-from harness.hostload import host_speed_note, load_note
-from search.ab import kept_unpinned_note, run_interleaved, subject_from
-from search.baseline import parse_assignments
+from harness.host.hostload import host_speed_note, load_note
 from search.commands.regress import Source, _progress, resolve_source
-from search.gate import (
+from search.regress.ab import kept_unpinned_note, run_interleaved, subject_from
+from search.regress.baseline import parse_assignments
+from search.store.results import read_json, write_json_atomic
+from search.study.scoring import measure_settings
+from search.terminal import make_console
+from search.verdicts.gate import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
     EXIT_INCONCLUSIVE,
@@ -48,10 +51,7 @@ from search.gate import (
     compare,
     sorted_gain,
 )
-from search.results import read_json, write_json_atomic
-from search.scoring import measure_settings
-from search.sequential import MIN_STARTS, compare_paired
-from search.terminal import make_console
+from search.verdicts.sequential import MIN_STARTS, compare_paired
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
 GOOD = ("unchanged", "improved", "not regressed")  # "not regressed": see bisect_verdict
@@ -77,8 +77,9 @@ class Probe:
     note: str = ""
     fingerprint_a: dict[str, Any] = field(default_factory=dict)
     fingerprint_b: dict[str, Any] = field(default_factory=dict)
-    host_probe_ms: list[float] = field(default_factory=list)  # harness.hostload.speed_probe before each start
-    load: list[dict[str, Any]] = field(default_factory=list)  # each start's load window (search/ab.py ABRun.load)
+    host_probe_ms: list[float] = field(default_factory=list)  # harness.host.hostload.speed_probe before each start
+    # each start's load window (search/regress/ab.py ABRun.load)
+    load: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -7,11 +7,11 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from harness.build_cache import builds_dir, list_builds, prune_builds
-from harness.builds import BuildSpec, describe, dry_run_commands, ensure_build, parse_build
+from harness.builds.builds import BuildSpec, describe, dry_run_commands, ensure_build, parse_build
+from harness.builds.cache import builds_dir, list_builds, prune_builds
 from harness.engines import EngineSettings
 from search.commands.regress import _progress, err
-from search.nightly import refuse_kind
+from search.regress.nightly import refuse_kind
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -63,7 +63,7 @@ class Side:
     owner: str  # the baseline's name or the config's label, for the messages
     settings: EngineSettings  # the engine the side's config runs
     spec: BuildSpec | None
-    what: str = "baseline"  # "config" for ab's sides (search.nightly.refuse_kind's hints)
+    what: str = "baseline"  # "config" for ab's sides (search.regress.nightly.refuse_kind's hints)
 
 
 def side_spec(build: str | None, python: str | None = None, image: str | None = None) -> BuildSpec | None:

@@ -1,6 +1,6 @@
 """`search confirm STUDY`: re-measure the study's top configs beside the default with fresh
 starts, interleaved, and store the confirmed verdict in the study (shown by show/best/report).
-`--more-rounds N` continues the stored confirmation instead (a second stage: search/confirm.py);
+`--more-rounds N` continues the stored confirmation instead (a second stage: search/confirm/confirm.py);
 `--rounds N` measures exactly N rounds and judges once (no early stop: the narrowest interval for that time).
 `--stability 30m` then holds the winner at its capacity load and stores the stability run."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from search.confirm import (
+from search.confirm.confirm import (
     CONFIRM_ATTR,
     STABILITY_ATTR,
     Confirmation,
@@ -24,12 +24,12 @@ from search.confirm import (
     run_confirmation,
     run_stability_check,
 )
-from search.results import ResultsError, TrialRecord, TrialState
-from search.sequential import MIN_STARTS
-from search.space import Space, load_space
-from search.storage import storage_for
-from search.summary import StudyView, load_view
+from search.space.space import Space, load_space
+from search.store.results import ResultsError, TrialRecord, TrialState
+from search.store.storage import storage_for
+from search.store.summary import StudyView, load_view
 from search.terminal import out as console
+from search.verdicts.sequential import MIN_STARTS
 
 
 def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: int, max_rounds: int,

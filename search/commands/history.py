@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from search import history
+from search.regress import history
 
 
 def cmd_history(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ baseline's engine (pip against a Docker baseline, an image against a process one
 hint; the plan is priced at its cap of rounds and refused when it does not fit the job. Then the
 candidate is pinned (an image tag is pulled every night and pinned to its digest, a git ref to its
 commit, an unpinned name to the newest version) and checked (`--require-cuda-torch`). Each baseline
-then gets one explicit outcome (search/nightly.py: pass, drift, regression, start-failed,
+then gets one explicit outcome (search/regress/nightly.py: pass, drift, regression, start-failed,
 build-failed, error, inconclusive, nothing-new, no-candidate), read from its regress report; only a
 pass is promoted. `OUT/nightly.json` holds them all, with the exit code.
 """
@@ -23,15 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.build_envs import BuildNotFound
-from harness.builds import Build, BuildError, describe, dry_run_commands, ensure_build, parse_build, pinned_text
-from harness.fingerprint import host_fingerprint
-from search import history
-from search.baseline import Baseline, load_baseline, pinned_space
-from search.boundaries import BOUNDARY_KINDS
+from harness.builds.builds import Build, BuildError, describe, dry_run_commands, ensure_build, parse_build, pinned_text
+from harness.builds.envs import BuildNotFound
+from harness.host.fingerprint import host_fingerprint
 from search.commands import regress as regress_cmd
-from search.gate import DEFAULT_ALPHA
-from search.nightly import (
+from search.regress import history
+from search.regress.baseline import Baseline, load_baseline, pinned_space
+from search.regress.nightly import (
     ALLOWABLE,
     EXIT_CODES,
     Result,
@@ -41,9 +39,19 @@ from search.nightly import (
     result_from_report,
     summarize,
 )
-from search.nightly_plan import Estimate, chain_ratios, estimate, gpu_problem, promote, refuse_plan, torch_cuda_problem
-from search.results import write_json_atomic
+from search.regress.nightly_plan import (
+    Estimate,
+    chain_ratios,
+    estimate,
+    gpu_problem,
+    promote,
+    refuse_plan,
+    torch_cuda_problem,
+)
+from search.store.results import write_json_atomic
 from search.terminal import make_console
+from search.verdicts.boundaries import BOUNDARY_KINDS
+from search.verdicts.gate import DEFAULT_ALPHA
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
 EXIT_ERROR = EXIT_CODES["error"]

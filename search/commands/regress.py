@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.builds import build_kwargs, describe, option_build, stamp
-from harness.fingerprint import material_differences
+from harness.builds.builds import build_kwargs, describe, option_build, stamp
+from harness.host.fingerprint import material_differences
 from harness.session import LaunchFailed
-from search.ab import (
+from search.regress.ab import (
     ABRun,
     SequentialPlan,
     Subject,
@@ -25,7 +25,7 @@ from search.ab import (
     sequential_stop,
     subject_from,
 )
-from search.baseline import (
+from search.regress.baseline import (
     Baseline,
     baseline_from_study,
     config_params,
@@ -36,15 +36,15 @@ from search.baseline import (
     raw_space_doc,
     save_baseline,
 )
-from search.boundaries import BOUNDARY_KINDS
-from search.claims import hardware_here, judge_claim, parse_claim
-from search.explain import explain_claim, subject_changes
-from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
-from search.gate_report import GateReport
-from search.results import ResultsError, write_json_atomic, write_text_atomic
-from search.scoring import measure_settings
-from search.space import Config, Space
+from search.regress.claims import hardware_here, judge_claim, parse_claim
+from search.regress.explain import explain_claim, subject_changes
+from search.regress.gate_report import GateReport
+from search.space.space import Config, Space
+from search.store.results import ResultsError, write_json_atomic, write_text_atomic
+from search.study.scoring import measure_settings
 from search.terminal import make_console
+from search.verdicts.boundaries import BOUNDARY_KINDS
+from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
 
@@ -80,7 +80,7 @@ def resolve_source(text: str, overrides: dict[str, Any]) -> Source:
         return Source(f"{baseline.name}", space, config, baseline)
     if p.suffix in (".yaml", ".yml") and p.is_file():
         doc = raw_space_doc(p)
-        from search.space import load_space
+        from search.space.space import load_space
 
         params = config_params(load_space(p), overrides)
         space, config = pinned_space(doc, params, str(p))
@@ -170,7 +170,7 @@ def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path
 
 
 def cmd_baseline_list(args: argparse.Namespace) -> int:
-    from harness.fingerprint import host_fingerprint
+    from harness.host.fingerprint import host_fingerprint
 
     directory = Path(args.dir)
     if not args.matching:
@@ -226,7 +226,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         report.notes.append("this host differs from where the baseline was recorded: " + "; ".join(here))
     _drift_note(report, baseline, min_effect)
     if not args.no_history:
-        from search.history import record
+        from search.regress.history import record
 
         record(report.to_dict(), baseline.name, getattr(args, "history_source", "regress"), desc.strip(", "),
                run.b.fingerprint.get("build"), args.history)
@@ -298,7 +298,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
         if key == "b" and any(c.needs for c in claims):
-            from search.prereq import check_claim_prerequisites
+            from search.regress.prereq import check_claim_prerequisites
 
             missing = check_claim_prerequisites(claims, side["a"], src_a.space, Path(args.out or "results/ab")
                                                 / "prerequisites", _progress(args.quiet))

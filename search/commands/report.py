@@ -7,8 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from search.results import ResultsError
-from search.storage import storage_for
+from search.store.results import ResultsError
+from search.store.storage import storage_for
 from search.terminal import out as console
 
 

@@ -12,14 +12,14 @@ import optuna
 
 from harness.launch.reaper import Terminated, stop_all
 from search.commands.show import print_study
-from search.results import TrialRecord
-from search.space import Config, load_space
-from search.storage import default_storage, storage_for
-from search.study import StudyRunner
-from search.summary import load_view
+from search.space.space import Config, load_space
+from search.store.results import TrialRecord
+from search.store.storage import default_storage, storage_for
+from search.store.summary import load_view
+from search.study.study import StudyRunner
+from search.study.unified_memory import DROP_PAGE_CACHE
 from search.terminal import err, safe
 from search.terminal import out as console
-from search.unified_memory import DROP_PAGE_CACHE
 
 
 class ConsoleReporter:
@@ -89,14 +89,14 @@ class ConsoleReporter:
 def cmd_run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     if args.dry_run is not None:
-        from search.dryrun import dry_run, previous_records
+        from search.study.dryrun import dry_run, previous_records
 
         records = previous_records(Path(args.results) / (args.study or space.name), args.storage)
         for line in dry_run(space, args.dry_run, records, confirm=not args.no_confirm):
             print(line)
         return 0
     if args.preflight or not args.no_preflight:
-        from search.preflight import preflight
+        from search.study.preflight import preflight
 
         problems = preflight(space, progress=lambda text: err.print(safe(text)) if not args.quiet else None)
         for line in problems:
@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          drop_page_cache=DROP_PAGE_CACHE if args.drop_page_cache else None)
     runner.estimator.confirm = not args.no_confirm  # --budget-hours then reserves no time for a confirmation
     if args.warm_start:
-        from search.warmstart import warm_start
+        from search.sampling.warmstart import warm_start
 
         warm_url, warm_name = storage_for(args.warm_start, args.warm_storage)
         with runner.lock:  # workers that start together queue the earlier study's configs once

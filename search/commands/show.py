@@ -13,11 +13,11 @@ from rich.table import Table
 
 from harness.engines import get_engine
 from harness.secrets import launch_secrets, scrub_text
-from search.curves import best_per_point, best_per_workload, switch_points
-from search.results import TrialRecord
-from search.space import Config, Space, load_space
-from search.storage import open_existing, storage_for
-from search.summary import StudyView, load_view
+from search.space.space import Config, Space, load_space
+from search.store.results import TrialRecord
+from search.store.storage import open_existing, storage_for
+from search.store.summary import StudyView, load_view
+from search.study.curves import best_per_point, best_per_workload, switch_points
 from search.terminal import err, safe
 from search.terminal import out as console
 

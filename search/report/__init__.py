@@ -6,8 +6,8 @@ when the page is viewed (no CDN, no fonts), it stays small (tens of KB per plot,
 would inline ~4 MB of JavaScript), looks the same in every browser, prints, and can be mailed or
 attached to a CI run. Interactive exploration is optuna-dashboard's job: it opens the same storage.
 
-Raw samples live in <results>/<study>/trials/NNNN/result.json (see search.study); the study
-storage holds each trial's summary (search.results.TrialRecord), which is what the tables use.
+Raw samples live in <results>/<study>/trials/NNNN/result.json (see search.study.study); the study
+storage holds each trial's summary (search.store.results.TrialRecord), which is what the tables use.
 """
 
 from __future__ import annotations

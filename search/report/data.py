@@ -12,8 +12,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from search.results import ResultsError, TrialRecord, read_json
-from search.summary import StudyView, load_view
+from search.store.results import ResultsError, TrialRecord, read_json
+from search.store.summary import StudyView, load_view
 
 
 @dataclass

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from search.curves import best_per_point, best_per_workload, switch_points
 from search.report.data import ReportInput, ratio, starts_summary
 from search.report.plots import (
     importance_plot_svg,
@@ -20,9 +19,10 @@ from search.report.plots import (
     startup_rows,
 )
 from search.report.tables import trials_frame
-from search.results import TrialState, scrub_text
-from search.space_schema import REQUEST_SIDE
-from search.summary import StudyView
+from search.space.schema import REQUEST_SIDE
+from search.store.results import TrialState, scrub_text
+from search.store.summary import StudyView
+from search.study.curves import best_per_point, best_per_workload, switch_points
 
 
 def fmt(value: Any, digits: int = 3) -> str:

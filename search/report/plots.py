@@ -14,8 +14,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from search.results import ResultsError, TrialRecord
-from search.summary import StudyView
+from search.store.results import ResultsError, TrialRecord
+from search.store.summary import StudyView
 
 BLUE, GREEN, ORANGE, RED, GREY = "#2f6db5", "#1b9e4b", "#e08a1e", "#c62828", "#8a8f98"
 PHASE_COLORS = ("#2f6db5", "#e08a1e", "#1b9e4b", "#8e44ad", "#c62828", "#16a2b8", "#795548", "#d81b60")

@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from search.report.data import ReportInput, ratio, shown_params, trial_note
-from search.results import ResultsError
-from search.summary import StudyView
+from search.store.results import ResultsError
+from search.store.summary import StudyView
 
 REQUEST_COLUMNS = ("study", "trial", "trial_state", "workload", "concurrency", "repeat", "run_wall_s",
                    "request", "ok", "status", "error_kind", "error_body", "ttft_s", "tpot_s", "e2e_s",

@@ -15,7 +15,7 @@ from bench import replay
 from bench.common import typed_cell
 from bench.ground_truth import Grid, done_keys, show
 from harness.files import load_yaml
-from search.space import Config, load_space
+from search.space.space import Config, load_space
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ROOT / "bench" / "tables"

@@ -56,8 +56,8 @@ def test_the_demo_budget_replay_measures_the_default_first_and_picks_the_ranking
 def test_the_demo_replay_replays_the_demo_spaces_budget() -> None:
     """The budget the demo replay judges is the demo space's: its trials, and the design size the
     product's sampler gives that space."""
-    from search.sampler import default_design_size
-    from search.space import load_space
+    from search.sampling.sampler import default_design_size
+    from search.space.space import load_space
 
     demo = load_space(ROOT / "spaces" / "smollm2-cpu.yaml")
     assert demo.m.budget.trials == demo_replay.DEMO_TRIALS

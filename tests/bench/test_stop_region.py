@@ -8,8 +8,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 import bench.noisy_replay as nr
 from bench.experiments.stop_region.variants import MixtureGP, applied, fit_mixture
-from search import stopping, surrogate
-from search.surrogate import Observation, fit_gp
+from search.sampling import stopping, surrogate
+from search.sampling.surrogate import Observation, fit_gp
 
 DISTS: dict[str, BaseDistribution] = {"a": CategoricalDistribution([0, 1, 2]), "b": CategoricalDistribution(["x", "y"])}
 OBSERVED = [Observation({"a": a, "b": b}, v) for (a, b), v in

@@ -9,8 +9,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.build_images import resolve_image
-from harness.builds import ensure_build, parse_build, pinned_text
+from harness.builds.builds import ensure_build, parse_build, pinned_text
+from harness.builds.images import resolve_image
 from tests.conftest import TEST_IMAGE
 from tests.fake_builds import git
 

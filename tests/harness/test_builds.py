@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build_cache import READY, list_builds, prune_builds
-from harness.build_envs import _GIT_REQ, resolved_requirement
-from harness.builds import BuildError, ensure_build, parse_build, pinned_text
+from harness.builds.builds import BuildError, ensure_build, parse_build, pinned_text
+from harness.builds.cache import READY, list_builds, prune_builds
+from harness.builds.envs import _GIT_REQ, resolved_requirement
 from tests.fake_builds import add_pull_request, engine_repo, git
 
 
@@ -252,7 +252,7 @@ def test_a_tag_is_pulled_every_time_and_pinned_to_tonights_digest(monkeypatch: p
     import docker
     import docker.errors
 
-    from harness.build_images import resolve_image
+    from harness.builds.images import resolve_image
 
     last_night, tonight = "a" * 64, "b" * 64
     images = _Images(local=_Image(last_night), remote=_Image(tonight))

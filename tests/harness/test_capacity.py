@@ -1,6 +1,6 @@
 """The capacity search's logic (doubling, then bisection, over concurrency), a load step's SLO
 verdict from its requests, the stability run's drift, and the KV capacity an engine's startup log
-gives: no engine started (harness/capacity.py, harness/stability.py, Engine.kv_sequences)."""
+gives: no engine started (harness/measure/capacity.py, harness/measure/stability.py, Engine.kv_sequences)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.capacity import LoadStep, Slo, search, step_of
-from harness.client import RequestResult
 from harness.engines import get_engine
-from harness.measure import RunSample, WorkloadMeasurement
-from harness.stability import StabilitySample, drift
-from harness.stats import summarize
+from harness.measure.capacity import LoadStep, Slo, search, step_of
+from harness.measure.client import RequestResult
+from harness.measure.measure import RunSample, WorkloadMeasurement
+from harness.measure.stability import StabilitySample, drift
+from harness.measure.stats import summarize
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

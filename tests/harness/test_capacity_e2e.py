@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from harness import MeasureSettings, Session
-from harness.capacity import Slo, find_capacity
-from harness.stability import MIN_RUNS, run_stability
-from harness.workloads import WorkloadSpec
+from harness.measure.capacity import Slo, find_capacity
+from harness.measure.stability import MIN_RUNS, run_stability
+from harness.measure.workloads import WorkloadSpec
 from tests.conftest import llama_request
 
 pytestmark = pytest.mark.e2e

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 
-from harness.client import RequestResult, stream_chat
+from harness.measure.client import RequestResult, stream_chat
 
 PAYLOAD = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 

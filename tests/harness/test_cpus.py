@@ -10,15 +10,15 @@ import pytest
 
 from harness import flagsearch_home
 from harness.engines import get_engine
-from harness.fingerprint import MATERIAL, fingerprint, material_differences
+from harness.host.fingerprint import MATERIAL, fingerprint, material_differences
 from harness.launch.base import StartupError, wait_ready
 from harness.launch.cpus import check_cpus, format_cpu_list, machine_cpus, parse_cpu_list
 from harness.launch.docker import container_config
 from harness.launch.process import ProcessLauncher
 from harness.launch.spec import LaunchSpec
 from harness.session import free_port
-from search.space import parse_space
-from search.space_schema import SpaceError
+from search.space.schema import SpaceError
+from search.space.space import parse_space
 from tests.conftest import llama_settings, llama_space_doc, smollm2_gguf
 
 

@@ -19,7 +19,7 @@ from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
 from harness.launch.spec import LaunchSpec
-from search.study import free_port
+from search.study.study import free_port
 from tests.conftest import TEST_IMAGE, Quiet
 
 pytestmark = pytest.mark.docker
@@ -149,9 +149,9 @@ def test_gpu_request_on_a_daemon_without_gpus_fails_cleanly(docker_client: docke
 
 def test_a_search_trial_through_the_docker_launcher(docker_client: docker.DockerClient, tmp_path: Path) -> None:
     """The study's whole path with `launcher: docker`: start, ready, measure, store, stop."""
-    from search.space import parse_space
-    from search.study import StudyRunner, default_storage
-    from search.summary import load_view
+    from search.space.space import parse_space
+    from search.store.summary import load_view
+    from search.study.study import StudyRunner, default_storage
 
     model_dir = flagsearch_home.smollm2_gguf().parent
     space = parse_space({

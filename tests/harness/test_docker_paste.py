@@ -29,8 +29,8 @@ from harness.launch import Volume, get_launcher, wait_ready
 from harness.launch.docker import repo_digest
 from harness.launch.spec import LaunchSpec
 from harness.session import free_port
-from search.space import parse_space
-from search.study import StudyRunner, default_storage
+from search.space.space import parse_space
+from search.study.study import StudyRunner, default_storage
 from tests.conftest import TEST_IMAGE, Quiet
 
 IMAGE = TEST_IMAGE

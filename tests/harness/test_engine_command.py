@@ -14,8 +14,8 @@ from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.command import CommandEngine, CommandError, mapped_flags, render_template
 from harness.launch import StartupError, get_launcher, wait_ready
-from search.space import parse_space
-from search.study import free_port
+from search.space.space import parse_space
+from search.study.study import free_port
 
 ATLAS = ("/opt/atlas/bin/atlas-serve", "--model", "{model}", "--port", "{port}", "--host={host}")
 FLAG_MAP = {"max_batch_size": "--max-batch-size", "mtp_k": "--mtp-k", "chunked": "--chunked-prefill",
@@ -61,7 +61,7 @@ def test_template_errors_are_named() -> None:
 
 
 def test_a_space_with_a_command_engine_loads_and_dry_runs() -> None:
-    from search.dryrun import dry_run
+    from search.study.dryrun import dry_run
 
     space = parse_space({
         "name": "atlas-demo",

@@ -18,11 +18,11 @@ from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.engines.llamacpp import FLAGS, LlamaCppEngine, server_flags
 from harness.launch import StartupError, get_launcher, wait_ready
 from harness.launch.base import Server
-from harness.logprobs import Position, generate
-from harness.reference import tokenize
-from search.space import parse_space
-from search.study import StudyRunner, default_storage, free_port
-from search.summary import load_view
+from harness.quality.logprobs import Position, generate
+from harness.quality.reference import tokenize
+from search.space.space import parse_space
+from search.store.summary import load_view
+from search.study.study import StudyRunner, default_storage, free_port
 from tests.conftest import Quiet
 
 DATA = Path(__file__).resolve().parents[1] / "data"

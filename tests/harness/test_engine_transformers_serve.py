@@ -13,7 +13,7 @@ from harness import flagsearch_home
 from harness.engines import DIALECTS, EngineSettings, ModelChoice, get_engine
 from harness.engines.transformers_serve import ORG, TransformersServeEngine, cache_entry
 from search.cli import main
-from search.space import load_space
+from search.space.space import load_space
 from tests.conftest import require
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -14,8 +14,8 @@ from harness.engines import Engine, EngineSettings, ModelChoice
 from harness.engines.vllm import VllmEngine
 from harness.launch.base import Server
 from harness.launch.spec import Volume
-from harness.logprobs import Position, generate
-from harness.reference import tokenize
+from harness.quality.logprobs import Position, generate
+from harness.quality.reference import tokenize
 from tests.documented_logs import documented_failures
 
 DATA = Path(__file__).resolve().parents[1] / "data"

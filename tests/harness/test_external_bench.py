@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.external_bench import detect, parse_export
+from harness.measure.external_bench import detect, parse_export
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "external"
 SHARED = ("output_tok_s", "req_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "requests", "errors",

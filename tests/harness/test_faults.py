@@ -24,11 +24,11 @@ import psutil
 import pytest
 
 from harness import flagsearch_home
-from harness.client import ERROR_BODY_LIMIT, RequestResult, stream_chat
 from harness.engines import get_engine
 from harness.launch import LaunchSpec, StartupError, get_launcher, reaper, wait_ready
 from harness.launch.process import ProcessServer
-from search.study import free_port
+from harness.measure.client import ERROR_BODY_LIMIT, RequestResult, stream_chat
+from search.study.study import free_port
 from tests.conftest import smollm2_gguf, smollm2_hf, vllm_settings
 from tests.fault_server import OUTCOMES, record_outcome, show_table
 

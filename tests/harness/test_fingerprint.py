@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.fingerprint import (
+from harness.host.fingerprint import (
     IncomparableError,
     check_comparable,
     fingerprint,

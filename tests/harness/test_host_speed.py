@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from harness.hostload import HOST_SPEED_RATIO, host_speed_note, load_note, speed_probe
+from harness.host.hostload import HOST_SPEED_RATIO, host_speed_note, load_note, speed_probe
 
 
 def test_the_probe_times_real_work_in_milliseconds() -> None:

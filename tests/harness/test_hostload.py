@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from harness.hostload import LoadMeter
+from harness.host.hostload import LoadMeter
 
 # The meter judges the host's load: another test running beside it would be counted as foreign.
 pytestmark = pytest.mark.serial
@@ -57,7 +57,7 @@ def _orphan_busy_loop(seconds: float) -> int:
 
 
 def test_a_claimed_process_counts_as_ours_and_an_unclaimed_one_as_foreign() -> None:
-    from harness import hostload
+    from harness.host import hostload
 
     # Our work and another program share core 0: that core's foreign load is what decides.
     ours = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 6\nwhile time.time() < t: pass"])

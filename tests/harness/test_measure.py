@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.client import RequestResult
 from harness.engines.base import FeatureExpectation, ModelChoice
-from harness.measure import (
+from harness.measure.client import RequestResult
+from harness.measure.measure import (
     RunSample,
     check_placebo,
     consistency_warnings,
@@ -18,8 +18,8 @@ from harness.measure import (
     summarize_samples,
     tokens_per_step,
 )
-from harness.roofline import BOOT_ID, Roofline, build_roofline, bytes_per_token, host_copy_bandwidth, per_boot
-from harness.stats import summarize
+from harness.measure.roofline import BOOT_ID, Roofline, build_roofline, bytes_per_token, host_copy_bandwidth, per_boot
+from harness.measure.stats import summarize
 
 
 def req(start: float, ttft: float, e2e: float, out: int, ok: bool = True, kind: str | None = None,

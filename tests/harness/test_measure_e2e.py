@@ -15,10 +15,10 @@ import pytest
 
 from harness import MeasureSettings, RunRequest, Session, flagsearch_home
 from harness.engines import get_engine
-from harness.fingerprint import IncomparableError, check_comparable, engine_env_fingerprint, fingerprint
-from harness.measure import WorkloadMeasurement
-from harness.steady import MeasurePolicy
-from harness.workloads import Item, WorkloadSpec
+from harness.host.fingerprint import IncomparableError, check_comparable, engine_env_fingerprint, fingerprint
+from harness.measure.measure import WorkloadMeasurement
+from harness.measure.steady import MeasurePolicy
+from harness.measure.workloads import Item, WorkloadSpec
 from tests.conftest import llama_request, smollm2_gguf, smollm2_hf, vllm_request, vllm_settings
 
 pytestmark = pytest.mark.e2e

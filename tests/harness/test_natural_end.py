@@ -1,11 +1,11 @@
-"""The answers' own ends beside the forced-length window (harness/natural_end.py), on hand-built
+"""The answers' own ends beside the forced-length window (harness/measure/natural_end.py), on hand-built
 runs; the real vLLM-CPU server with n-gram speculation is in test_measure_e2e.py."""
 
 from __future__ import annotations
 
-from harness.client import RequestResult
-from harness.measure import RunSample
-from harness.natural_end import NaturalEnd, natural_end, speculating
+from harness.measure.client import RequestResult
+from harness.measure.measure import RunSample
+from harness.measure.natural_end import NaturalEnd, natural_end, speculating
 
 
 def answer(item: str, out: int, asked: int = 128) -> RequestResult:

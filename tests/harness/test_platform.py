@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import fingerprint
+from harness.host import fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 # /proc/cpuinfo of an Arm core: processor, BogoMIPS, Features, CPU implementer/part; no model name.

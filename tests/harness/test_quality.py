@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from harness.quality import (
+from harness.quality.quality import (
     Check,
     CheckResult,
     QualityModel,
@@ -27,7 +27,7 @@ from harness.quality import (
     run_code_test,
     suites,
 )
-from harness.reference import (
+from harness.quality.reference import (
     AgreementResult,
     Position,
     ReferenceAnswers,

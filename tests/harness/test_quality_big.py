@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from harness.quality import (
+from harness.quality.checks import judge, parse_checks, strip_thinking
+from harness.quality.quality import (
     CheckResult,
     QualityModel,
     QualityResult,
@@ -17,8 +18,7 @@ from harness.quality import (
     relative_to,
     suites,
 )
-from harness.quality_checks import judge, parse_checks, strip_thinking
-from harness.reference import ReferenceAnswers
+from harness.quality.reference import ReferenceAnswers
 
 
 def _check(name: str):  # type: ignore[no-untyped-def]
@@ -92,7 +92,7 @@ def test_relative_verdicts_count_only_what_the_reference_passed() -> None:
 
 
 def test_relative_settings_reach_the_reference_and_its_key() -> None:
-    from harness.reference import reference_key
+    from harness.quality.reference import reference_key
 
     a = QualityModel(suite="big", min_score=None, max_lost=1, thinking=False, context_scale=0.1)
     b = QualityModel(suite="big", min_score=None, max_lost=1, thinking=True, context_scale=0.1)

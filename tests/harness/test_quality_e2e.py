@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from harness import ModelChoice, QualityPlan, RunRequest, Session, flagsearch_home
-from harness.quality import QualityModel, QualityResult, constraint_values
-from harness.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, reference_key
+from harness.quality.quality import QualityModel, QualityResult, constraint_values
+from harness.quality.reference import ReferenceAnswers, ReferenceSpec, ReferenceStore, reference_key
 from tests.conftest import llama_settings, quality_of, require
 
 pytestmark = pytest.mark.e2e

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness import secrets
-from harness.client import forget_api_key, register_api_key, server_client
-from search.results import scrub
-from search.space import SpaceError, parse_space
+from harness.measure.client import forget_api_key, register_api_key, server_client
+from search.space.space import SpaceError, parse_space
+from search.store.results import scrub
 
 KEY = "sk-abcdef0123456789"
 SPACE = {
@@ -112,7 +112,7 @@ def test_server_client_sends_a_key_only_to_its_server() -> None:
 
 
 def test_history_rows_are_scrubbed_and_versioned(tmp_path: Path) -> None:
-    from search import history
+    from search.regress import history
 
     secrets.remember([KEY])
     row = {"baseline": "b", "candidate": f"llama-server --api-key {KEY}", "metric": "w.x", "verdict": "same"}

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from harness import flagsearch_home, secrets
-from harness.client import server_client
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import Volume, get_launcher, wait_ready
-from search.study import free_port
+from harness.measure.client import server_client
+from search.study.study import free_port
 from tests.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.docker

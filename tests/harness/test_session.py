@@ -17,7 +17,7 @@ import pytest
 
 from harness import Cause, LaunchFailed, MeasureSettings, Session, TrialFailed
 from harness.flagsearch_home import llama_server
-from harness.workloads import WorkloadSpec
+from harness.measure.workloads import WorkloadSpec
 from tests.conftest import llama_request
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""Steady state and stall detection (harness/steady.py) on a server that stalls on demand.
+"""Steady state and stall detection (harness/measure/steady.py) on a server that stalls on demand.
 
 The fault server (tests/fault_server.py) streams 16 tokens 10 ms apart and makes one chosen request
 wait 2 s before its first token (`stall`) or between two tokens (`gap`): what a compile, a cache
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from harness import EngineSettings, MeasureSettings, ModelChoice, RunRequest, Session
-from harness.client import RequestResult
-from harness.measure import MeasurePolicy, RunSample, WorkloadMeasurement
-from harness.steady import review_runs, stall_flags
-from harness.workloads import WorkloadSpec
+from harness.measure.client import RequestResult
+from harness.measure.measure import MeasurePolicy, RunSample, WorkloadMeasurement
+from harness.measure.steady import review_runs, stall_flags
+from harness.measure.workloads import WorkloadSpec
 
 FAULT_SERVER = (Path(__file__).resolve().parents[1] / "fault_server.py")
 # vLLM's dialect: /health, /tokenize (the fault server counts words) and --model, which it ignores.

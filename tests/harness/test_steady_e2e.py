@@ -1,7 +1,7 @@
 """A real llama-server frozen for 2 s in the middle of a measured run: the run is flagged, left out
-and measured again, so the stall sets no value (harness/steady.py).
+and measured again, so the stall sets no value (harness/measure/steady.py).
 
-The server runs under harness/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
+The server runs under harness/launch/throttle.py with no duty cycle and `--stall-s 2`: a SIGUSR1 to the
 wrapper SIGSTOPs llama-server for 2 s, what a compile, a cache fill or a frozen neighbour does. The
 signal is sent once the second measured run's request is in flight (the server's own
 requests_processing gauge says so), so the stall lands inside that run. Both servers are started
@@ -23,17 +23,17 @@ import pytest
 
 from harness import MeasureSettings, RunRequest, Session
 from harness.launch.process import ProcessServer
-from harness.workloads import WorkloadSpec
+from harness.measure.workloads import WorkloadSpec
 from tests.conftest import llama_settings, smollm2_gguf
 
 pytestmark = pytest.mark.e2e
 
-THROTTLE = Path(__file__).resolve().parents[2] / "harness" / "throttle.py"
+THROTTLE = Path(__file__).resolve().parents[2] / "harness" / "launch" / "throttle.py"
 FLAGS = {"ctx_size": 2048, "parallel": 1, "threads": 1}
 
 
 def throttled(tmp: Path, *options: str) -> RunRequest:
-    """llama-server (SmolLM2 Q4_1, one slot) under harness/throttle.py with these options."""
+    """llama-server (SmolLM2 Q4_1, one slot) under harness/launch/throttle.py with these options."""
     binary = llama_settings().command[0]
     settings = llama_settings(command=(sys.executable, str(THROTTLE), *options, "--", binary))
     return RunRequest(settings, smollm2_gguf(), FLAGS, {}, tmp)
@@ -87,7 +87,7 @@ def test_a_frozen_server_mid_run_is_measured_again(tmp_path: Path) -> None:
 
 
 def test_a_stretched_server_streams_intact_through_the_proxy(tmp_path: Path) -> None:
-    """harness/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
+    """harness/launch/throttle.py --stretch (the load-independent slowdown) serves the command's port as a
     proxy: readiness, the stream, its usage and the server's metrics all pass through it."""
     with Session(keep_server=False) as session:
         measured = session.run(throttled(tmp_path, "0.3", "--stretch"), [WorkloadSpec("w", ("qa",), max_tokens=16)],

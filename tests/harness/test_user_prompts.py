@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from harness.engines.base import TokenCount
-from harness.quality import QualityModel, checks_for
-from harness.user_prompts import PromptSource, document_filler, load_prompts, replay_offsets
-from harness.workloads import Item, WorkloadSpec, catalogue, filler_text, prepare
-from search.space import SpaceError, parse_space
+from harness.measure.user_prompts import PromptSource, document_filler, load_prompts, replay_offsets
+from harness.measure.workloads import Item, WorkloadSpec, catalogue, filler_text, prepare
+from harness.quality.quality import QualityModel, checks_for
+from search.space.space import SpaceError, parse_space
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "user"
 
@@ -120,7 +120,7 @@ def test_hungarian_filler_and_thinking_extras() -> None:
     assert req.payload["chat_template_kwargs"] == {"enable_thinking": False}
     assert req.prompt_tokens == round(2048 * 0.1)
     with pytest.raises(ValueError, match="language"):
-        from harness.workloads import parse_catalogue
+        from harness.measure.workloads import parse_catalogue
         parse_catalogue({"items": {"x": {"prompt": "p", "max_tokens": 1, "language": "xx"}}})
     assert Item("q", "p", 1, questions=("a", "b")).question(3) == "b"
 

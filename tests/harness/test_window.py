@@ -1,4 +1,4 @@
-"""The steady decode window (harness/window.py) on hand-built request timelines: which stretch of
+"""The steady decode window (harness/measure/window.py) on hand-built request timelines: which stretch of
 time counts, how many tokens fall in it, and what it says when the server did not deliver it. The
 real engines are in test_window_e2e.py."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.client import RequestResult
-from harness.measure import run_metrics
-from harness.window import check, steady_window, token_times
+from harness.measure.client import RequestResult
+from harness.measure.measure import run_metrics
+from harness.measure.window import check, steady_window, token_times
 
 
 def stream(start: float, ttft: float, tokens: int, gap: float, asked: int | None = None,

@@ -12,8 +12,8 @@ import pytest
 
 from harness import flagsearch_home
 from harness.engines import EngineSettings
+from harness.measure.workloads import WorkloadSpec
 from harness.session import MeasureSettings, RunRequest, Session
-from harness.workloads import WorkloadSpec
 from tests.conftest import llama_request, smollm2_gguf
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.engines.base import TokenCount
-from harness.workloads import (
+from harness.measure.workloads import (
     Item,
     WorkloadSpec,
     catalogue,
@@ -127,7 +127,7 @@ class _CountingEngine:
 
 
 def test_engines_counting_by_request_never_see_the_measured_prompt_before_it_is_sent() -> None:
-    from harness.workloads import prepare
+    from harness.measure.workloads import prepare
 
     engine = _CountingEngine()
     spec = WorkloadSpec("w", ("doc", "doc"), items=(Item("doc", "Summarize.", 4, context_tokens=300),))
@@ -140,7 +140,7 @@ def test_engines_counting_by_request_never_see_the_measured_prompt_before_it_is_
 
 
 def test_a_prompt_the_server_refuses_to_count_is_reported_not_fatal() -> None:
-    from harness.workloads import prepare
+    from harness.measure.workloads import prepare
 
     engine = _CountingEngine(limit=200)
     spec = WorkloadSpec("w", ("doc",), items=(Item("doc", "Summarize.", 4, context_tokens=500),))

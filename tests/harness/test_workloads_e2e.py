@@ -23,9 +23,9 @@ import yaml
 
 from harness import MeasureSettings, ModelChoice, QualityPlan, RunRequest, Session, flagsearch_home
 from harness.engines import get_engine
-from harness.measure import WorkloadMeasurement
-from harness.quality import QualityModel, QualityResult, suites
-from harness.workloads import WorkloadSpec, filler_text
+from harness.measure.measure import WorkloadMeasurement
+from harness.measure.workloads import WorkloadSpec, filler_text
+from harness.quality.quality import QualityModel, QualityResult, suites
 from tests.conftest import llama_request, llama_settings, quality_of
 
 pytestmark = pytest.mark.e2e

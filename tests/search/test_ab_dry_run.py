@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.build_cache import list_builds
+from harness.builds.cache import list_builds
 from search.cli import main
 from tests.fake_builds import add_pull_request, engine_repo
 

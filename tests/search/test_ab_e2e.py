@@ -1,6 +1,6 @@
 """The gate on a real engine (llama-server with SmolLM2): A/A is not a regression, a real slowdown is.
 
-The slowdown is harness/throttle.py --stretch: a proxy in front of the real server that stretches
+The slowdown is harness/launch/throttle.py --stretch: a proxy in front of the real server that stretches
 every token's arrival (throughput x 0.5 in the regression test, x 0.9 in the paired test), a loss large
 enough to be found at any load. (Freezing the
 server with SIGSTOP is not one under load: the scheduler gives a continued process its time back;
@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from harness import flagsearch_home
-from search.boundaries import obrien_fleming_thresholds
 from search.cli import main
+from search.verdicts.boundaries import obrien_fleming_thresholds
 from tests.conftest import require
 
 pytestmark = pytest.mark.e2e

@@ -15,11 +15,11 @@ import numpy as np
 
 from harness.engines.llamacpp import LlamaCppEngine
 from harness.session import LaunchFailed
-from search.ab import ABRun, SideResult, deciding_line, report_from_run
-from search.claims import judge_claim, parse_claim
-from search.explain import explain_claim, startup_differences
-from search.gate import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, compare
-from search.gate_report import GateReport
+from search.regress.ab import ABRun, SideResult, deciding_line, report_from_run
+from search.regress.claims import judge_claim, parse_claim
+from search.regress.explain import explain_claim, startup_differences
+from search.regress.gate_report import GateReport
+from search.verdicts.gate import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, compare
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FINGERPRINT = {"cpu_model": "AMD EPYC", "cpu_count": 2, "engine": "llamacpp", "engine_version": "b1-1652066"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.baseline import (
+from search.regress.baseline import (
     FORMAT,
     Baseline,
     baseline_from_study,
@@ -21,9 +21,9 @@ from search.baseline import (
     samples_from_workloads,
     save_baseline,
 )
-from search.results import ResultsError, TrialRecord, write_json_atomic
-from search.space import load_space
-from search.study import RECORD_ATTR, default_storage
+from search.space.space import load_space
+from search.store.results import ResultsError, TrialRecord, write_json_atomic
+from search.study.study import RECORD_ATTR, default_storage
 
 SPACE = Path(__file__).resolve().parents[2] / "spaces" / "smollm2-cpu.yaml"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import optuna
 
 from search.commands.show import daily_command
-from search.dryrun import launch_of
-from search.results import TrialRecord, TrialState
-from search.space import load_space
-from search.storage import default_storage
-from search.trial_index import RECORD_ATTR
+from search.space.space import load_space
+from search.store.results import TrialRecord, TrialState
+from search.store.storage import default_storage
+from search.store.trial_index import RECORD_ATTR
+from search.study.dryrun import launch_of
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN = ROOT / "spaces" / "qwen122b.yaml"

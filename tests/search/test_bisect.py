@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from search.commands.bisect import Probe, Step, bisect_verdict, judge_probe, next_step
-from search.gate import compare
+from search.verdicts.gate import compare
 
 
 def drive(n: int, verdict: Callable[[int, int, int], str], rounds: int = 3,

@@ -1,7 +1,7 @@
 """`search bisect` over real engine builds finds the injected regression.
 
 Four command builds of the real llama-server (SmolLM2 Q4_1, `-t 1`): b0 the binary, b1 a copy of it
-at another path, b2 and b3 the binary behind harness/throttle.py --stretch 0.5 (every response byte
+at another path, b2 and b3 the binary behind harness/launch/throttle.py --stretch 0.5 (every response byte
 delivered 2x later than it came: throughput x 0.5 whatever the load, far beyond the 20% threshold
 used here and beyond the spread of a round under other agents' load, which was seen 2.7x between
 rounds of one server; the SIGSTOP throttle is no slowdown under contention). The first

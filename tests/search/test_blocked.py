@@ -1,4 +1,4 @@
-"""The confirmation's blocked test (search/blocked.py): arms against the default with the rounds as
+"""The confirmation's blocked test (search/verdicts/blocked.py): arms against the default with the rounds as
 blocks and the start noise pooled over every arm's residuals."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from search.blocked import compare_blocked, pooled_diff_sd, round_matrix
-from search.boundaries import _simulate_blocked, blocked_p_threshold, paired_p_threshold
-from search.sequential import compare_paired, quantisation_sd, rounds_needed
+from search.verdicts.blocked import compare_blocked, pooled_diff_sd, round_matrix
+from search.verdicts.boundaries import _simulate_blocked, blocked_p_threshold, paired_p_threshold
+from search.verdicts.sequential import compare_paired, quantisation_sd, rounds_needed
 
 METRIC = "four_streams.decode_tok_s"
 
@@ -106,8 +106,8 @@ def test_capacities_that_repeat_exactly_are_judged_at_their_resolution_not_as_ce
     configs can measure 4 and 4 (or 4 and 8) in every round. With no floor the spread is 0: a point
     interval and a smallest detectable change of 0, "unchanged" claimed for any difference under the
     step. With the floor from the values' resolution the interval has the step's width."""
-    from search.confirm import Arm, judge
-    from search.space_schema import CAPACITY
+    from search.confirm.confirm import Arm, judge
+    from search.space.schema import CAPACITY
 
     same = [[4.0]] * 3
     bare = compare_paired(CAPACITY, same, same, direction="higher", min_effect=0.03)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from search.cli import main
-from search.confirm import STABILITY_ATTR
-from search.storage import storage_for
-from search.summary import load_view
+from search.confirm.confirm import STABILITY_ATTR
+from search.store.storage import storage_for
+from search.store.summary import load_view
 from tests.conftest import SpaceFactory
 
 pytestmark = pytest.mark.e2e

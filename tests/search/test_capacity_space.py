@@ -10,10 +10,10 @@ import copy
 import pytest
 
 from search.commands.confirm import duration_s
-from search.confirm import stability_load
-from search.results import TrialRecord, TrialState
-from search.scoring import measure_settings, slo_of
-from search.space import SpaceError, parse_space
+from search.confirm.confirm import stability_load
+from search.space.space import SpaceError, parse_space
+from search.store.results import TrialRecord, TrialState
+from search.study.scoring import measure_settings, slo_of
 
 BASE = {
     "name": "t",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.engines import get_engine
-from search.claims import (
+from search.regress.claims import (
     claimed_hardware,
     hardware_gap,
     hardware_here,
@@ -16,7 +16,7 @@ from search.claims import (
     missing_prerequisites,
     parse_claim,
 )
-from search.gate import compare
+from search.verdicts.gate import compare
 
 
 def test_parse_hardware_and_prerequisites() -> None:

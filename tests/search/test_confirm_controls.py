@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.natural_end import NaturalEnd
-from search.confirm import Arm, _answer, _past_end_caution, comparison_alpha, continuable, judge
-from search.gate import DEFAULT_ALPHA, MetricVerdict
-from search.results import ResultsError, TrialRecord, TrialState
-from search.sequential import compare_paired
-from search.space import SpaceError, parse_space
+from harness.measure.natural_end import NaturalEnd
+from search.confirm.confirm import Arm, _answer, _past_end_caution, comparison_alpha, continuable, judge
+from search.space.space import SpaceError, parse_space
+from search.store.results import ResultsError, TrialRecord, TrialState
+from search.verdicts.gate import DEFAULT_ALPHA, MetricVerdict
+from search.verdicts.sequential import compare_paired
 from tests.conftest import Quiet
 
 
@@ -190,13 +190,13 @@ def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> None:
-    """The default of a real llama-server study and the same config behind harness/throttle.py
+    """The default of a real llama-server study and the same config behind harness/launch/throttle.py
     --stretch 0.5 (a known 0.5x), confirmed with fresh starts: the control is called regressed
     (or the verdict is withheld because other programs took the CPU, which the answer says). Each
     confirmation start measures `confirm.repeats` runs, not the trials' `measure.repeats`."""
     from harness import flagsearch_home
     from search.commands.confirm import confirm_study
-    from search.study import StudyRunner, default_storage
+    from search.study.study import StudyRunner, default_storage
 
     binary = flagsearch_home.llama_server()
     if not binary.exists():
@@ -288,7 +288,7 @@ def test_nothing_to_confirm_starts_nothing(tmp_path: Path) -> None:
     """A study whose only feasible config is the default (a one-trial run) has no claim to confirm:
     no server is started (the engine's command does not even exist), where three rounds of the
     default alone were run before, each a start the user waited for."""
-    from search.confirm import run_confirmation
+    from search.confirm.confirm import run_confirmation
 
     doc = {"name": "alone", "engines": {"llamacpp": {"command": [str(tmp_path / "no-such-server")]}},
            "models": [{"name": "m", "path": str(tmp_path / "m.gguf")}],

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from search.curves import add_curve_summaries, best_per_point, best_per_workload, split_name, switch_points
+from search.study.curves import add_curve_summaries, best_per_point, best_per_workload, split_name, switch_points
 
 
 def test_names_split_into_workload_point_and_metric() -> None:

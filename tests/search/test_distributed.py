@@ -1,5 +1,5 @@
 """Several workers on one study: through a real PostgreSQL server (scripts/postgres.sh) and through
-one SQLite file, all started at the same instant; the study's budget holds (search/study_lock.py)."""
+one SQLite file, all started at the same instant; the study's budget holds (search/study/lock.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import optuna
 import pytest
 import yaml
 
-from search.storage import BUDGET_ATTR, counted_trials
-from search.study import RECORD_ATTR
+from search.store.storage import BUDGET_ATTR, counted_trials
+from search.study.study import RECORD_ATTR
 from tests.conftest import llama_space_doc
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]

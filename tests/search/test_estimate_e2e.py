@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from search.dryrun import dry_run, previous_records
-from search.space import parse_space
-from search.study import StudyRunner, default_storage
+from search.space.space import parse_space
+from search.study.dryrun import dry_run, previous_records
+from search.study.study import StudyRunner, default_storage
 from tests.conftest import Quiet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,10 +30,10 @@ from optuna.trial import TrialState
 
 from harness import flagsearch_home
 from harness.launch import reaper
-from search.recovery import interrupted_records
-from search.results import read_record
-from search.space import parse_space
-from search.study import RECORD_ATTR, StudyRunner, default_storage
+from search.space.space import parse_space
+from search.store.results import read_record
+from search.study.recovery import interrupted_records
+from search.study.study import RECORD_ATTR, StudyRunner, default_storage
 from tests.fault_server import OUTCOMES, record_outcome, show_table
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ import optuna
 
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from search.commands.show import fmt_number as _fmt
-from search.space import parse_space
+from search.space.space import parse_space
 
 
 def _space() -> object:

@@ -15,10 +15,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.baseline import FORMAT, load_baseline
-from search.results import RECORD_FORMAT, STUDY_FORMAT, ResultsError, TrialRecord, check_study_format, read_record
-from search.study import default_storage
-from search.summary import load_view
+from search.regress.baseline import FORMAT, load_baseline
+from search.store.results import RECORD_FORMAT, STUDY_FORMAT, ResultsError, TrialRecord, check_study_format, read_record
+from search.store.summary import load_view
+from search.study.study import default_storage
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "formats" / "0.1.0"
 

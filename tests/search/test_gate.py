@@ -8,8 +8,9 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from search.claims import judge_claim, parse_claim
-from search.gate import (
+from search.regress.claims import judge_claim, parse_claim
+from search.regress.gate_report import GateReport
+from search.verdicts.gate import (
     EXIT_INCONCLUSIVE,
     EXIT_PASS,
     EXIT_REGRESSION,
@@ -18,8 +19,7 @@ from search.gate import (
     min_rounds_for_alpha,
     repeats_needed,
 )
-from search.gate_report import GateReport
-from search.sequential import compare_quality
+from search.verdicts.sequential import compare_quality
 
 
 def noisy(median: float, cv: float, n: int, seed: int) -> list[float]:

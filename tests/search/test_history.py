@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from search import history
+from search.regress import history
 
 
 def report(median_b: float, ratio: float) -> dict[str, object]:

@@ -20,16 +20,17 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from harness import quality_checks, secrets
+from harness import secrets
 from harness.files import MAX_DEPTH, InputError, load_json, load_yaml, parse_yaml, read_text
-from harness.reference import ReferenceStore
-from harness.user_prompts import PromptSource, load_prompts
-from harness.workloads import parse_catalogue
-from search import history
-from search.baseline import load_baseline
+from harness.measure.user_prompts import PromptSource, load_prompts
+from harness.measure.workloads import parse_catalogue
+from harness.quality import checks as quality_checks
+from harness.quality.reference import ReferenceStore
 from search.cli import main
-from search.results import ResultsError, read_record
-from search.space import SpaceError, load_space
+from search.regress import history
+from search.regress.baseline import load_baseline
+from search.space.space import SpaceError, load_space
+from search.store.results import ResultsError, read_record
 
 ROOT = Path(__file__).resolve().parents[2]
 GUARD_S = 60  # a hang guard, not a timing claim

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import optuna
 
-from search.memory_fit import estimate
-from search.sampler import is_failed
-from search.space import Config, Space, parse_space
-from search.study import StudyRunner, default_storage
+from search.sampling.sampler import is_failed
+from search.space.space import Config, Space, parse_space
+from search.study.memory_fit import estimate
+from search.study.study import StudyRunner, default_storage
 from tests.conftest import Quiet
 
 
@@ -66,5 +66,5 @@ def test_study_records_a_misfit_without_launching(tmp_path: Path) -> None:
     assert records[0]["failure"]["cause"] == "bad_command"  # the default: launched, command missing
     assert records[1]["failure"]["cause"] == "wont_fit" and "rejected before launch" in records[1]["failure"]["detail"]
     assert runner.starts == 1  # only the default was attempted; the misfit never was
-    # Failures are told so that every sampler ranks them below any measured config (search/sampler.py).
+    # Failures are told so that every sampler ranks them below any measured config (search/sampling/sampler.py).
     assert all(t.state == optuna.trial.TrialState.COMPLETE and is_failed(t) for t in runner.study.trials)

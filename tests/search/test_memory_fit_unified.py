@@ -10,9 +10,9 @@ from typing import Any
 import optuna
 import pytest
 
-import search.memory_fit as memory_fit
-from search.memory_fit import estimate, free_at_start, local_memory
-from search.space import Config, Space, parse_space
+import search.study.memory_fit as memory_fit
+from search.space.space import Config, Space, parse_space
+from search.study.memory_fit import estimate, free_at_start, local_memory
 
 
 def space(engines: dict[str, Any], params: dict[str, Any], device: dict[str, Any] | None = None,
@@ -97,7 +97,7 @@ def test_free_memory_is_read_where_the_device_is_this_machine() -> None:
     fit = estimate(s, config_of(s, gpu_memory_utilization=1.0), free)
     assert fit is not None and fit.available_gb == pytest.approx(free.available_gb)
     assert "free at start" in fit.detail
-    from search.dryrun import dry_run
+    from search.study.dryrun import dry_run
 
     assert any(line.startswith("# unified memory: ") and "free now on this machine" in line for line in dry_run(s, 1))
     # The DGX Spark of the flagship space is not this machine: nothing is read.
@@ -112,8 +112,8 @@ def test_memory_fit_has_no_table_per_dialect() -> None:
 
 
 def test_the_users_own_prompts_count_in_the_longest_request() -> None:
-    from search.dryrun import dead_choices
-    from search.memory_fit import longest_request
+    from search.study.dryrun import dead_choices
+    from search.study.memory_fit import longest_request
 
     data = Path(__file__).resolve().parents[1] / "data" / "user"
     s = parse_space({

@@ -1,6 +1,6 @@
 """`search nightly` before it measures anything, and every outcome it can end with: no matching
 baseline fails loudly, plans are priced, a build that cannot drive the baseline's engine is refused,
-and each night's outcome (search/nightly.py) is read from the regress report with its own exit code."""
+and each night's outcome (search/regress/nightly.py) is read from the regress report with its own exit code."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from harness import flagsearch_home
-from harness.builds import parse_build
+from harness.builds.builds import parse_build
 from harness.engines import EngineSettings
-from harness.fingerprint import host_fingerprint
-from search.baseline import load_baseline
+from harness.host.fingerprint import host_fingerprint
 from search.cli import main
-from search.gate import compare
-from search.gate_report import GateReport
-from search.nightly import (
+from search.regress.baseline import load_baseline
+from search.regress.gate_report import GateReport
+from search.regress.nightly import (
     EXIT_CODES,
     OUTCOMES,
     Result,
@@ -30,7 +29,8 @@ from search.nightly import (
     result_from_report,
     summarize,
 )
-from search.nightly_plan import estimate, gpu_problem, refuse_plan, torch_cuda_problem
+from search.regress.nightly_plan import estimate, gpu_problem, refuse_plan, torch_cuda_problem
+from search.verdicts.gate import compare
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "baselines" / "smollm2-llamacpp-cpu-t1.json"

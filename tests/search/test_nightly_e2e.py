@@ -3,7 +3,7 @@ runner): A/A passes and promotes, the same build again is "nothing new", a candi
 fails the job, an unsettled gate takes rounds up to the cap and then fails, unpromoted, and a real -40%
 candidate fails with its report. Each result lands in the history, which the workflow's drift step reads.
 
-The regression is harness/throttle.py 0.4 --stretch in front of the candidate server (-40% throughput whatever
+The regression is harness/launch/throttle.py 0.4 --stretch in front of the candidate server (-40% throughput whatever
 the load), gated at 10% within at most 10 rounds; the A/A run is gated at 50% within at most 12 rounds (the
 paired gate's interval for one short workload reached +-30% at 6 rounds under other agents' load, and +-45% in
 one CI run beside the other test worker). Both sides are kept running and alternate runs (--keep-servers):
@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from harness import flagsearch_home
-from search import history
-from search.baseline import load_baseline
 from search.cli import main
+from search.regress import history
+from search.regress.baseline import load_baseline
 from tests.conftest import tiny_llama_space
 
 pytestmark = pytest.mark.e2e

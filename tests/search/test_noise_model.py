@@ -1,4 +1,4 @@
-"""The model knows the noise (search/surrogate.py, search/stopping.py): it learns the start-to-start
+"""The model knows the noise (search/sampling/surrogate.py, search/sampling/stopping.py): it learns the start-to-start
 spread from the study's own repeats, its incumbent is its estimate rather than the highest single
 observation, and the stop rule weighs the gain left against what a confirmation could detect."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
-from search.stopping import CONFIRM_ROUNDS, STOP_SHARE, nothing_left_to_win
-from search.surrogate import Observation, detectable, fit_gp, learned_noise
+from search.sampling.stopping import CONFIRM_ROUNDS, STOP_SHARE, nothing_left_to_win
+from search.sampling.surrogate import Observation, detectable, fit_gp, learned_noise
 
 ABC: dict[str, list[Any]] = {"a": [0, 1, 2], "b": ["x", "y", "z"], "c": [16, 64, 256]}
 DISTS: dict[str, BaseDistribution] = {k: CategoricalDistribution(v) for k, v in ABC.items()}

@@ -1,6 +1,6 @@
 """Optuna's behaviour that flagsearch relies on, pinned on Optuna itself (not through our sampler).
 
-search/sampler.py tells a failed trial as COMPLETE with a constraint violation larger than any real
+search/sampling/sampler.py tells a failed trial as COMPLETE with a constraint violation larger than any real
 one, and relies on Optuna ranking trials for TPE's good/bad split, and for NSGA-II's constrained
 domination, as: feasible COMPLETE (by value) > PRUNED > infeasible (by total violation, ascending),
 reading only the violation of an infeasible trial, never its values. pyproject.toml bounds Optuna
@@ -22,7 +22,7 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 
 ROOT = Path(__file__).resolve().parents[2]
-HUGE = 1e15  # the violation search/sampler.py gives a failed trial
+HUGE = 1e15  # the violation search/sampling/sampler.py gives a failed trial
 
 
 def _trial(number: int, value: float | None, state: TrialState = TrialState.COMPLETE,

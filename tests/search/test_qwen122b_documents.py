@@ -13,11 +13,11 @@ from typing import Any
 import optuna
 import pytest
 
-from search.dryrun import _config_with, dry_run, launch_of, planned_trials
-from search.param_values import check_value
-from search.space import load_space
-from search.study import StudyRunner
-from search.summary import load_view
+from search.space.space import load_space
+from search.space.values import check_value
+from search.store.summary import load_view
+from search.study.dryrun import _config_with, dry_run, launch_of, planned_trials
+from search.study.study import StudyRunner
 from tests.conftest import Quiet
 
 QWEN = Path(__file__).resolve().parents[2] / "spaces" / "qwen122b.yaml"

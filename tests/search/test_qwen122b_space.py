@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from search.dryrun import dead_choices, dry_run
-from search.estimate import Estimator
-from search.space import load_space, parse_space
+from search.space.space import load_space, parse_space
+from search.study.dryrun import dead_choices, dry_run
+from search.study.estimate import Estimator
 
 QWEN = Path(__file__).resolve().parents[2] / "spaces" / "qwen122b.yaml"
 
@@ -111,7 +111,7 @@ def test_every_checkpoint_says_where_its_facts_come_from() -> None:
 
 
 def test_the_estimate_learns_from_measured_trials() -> None:
-    from search.results import TrialRecord, TrialState
+    from search.store.results import TrialRecord, TrialState
 
     space = load_space(QWEN)
     est = Estimator(space)
@@ -145,8 +145,8 @@ def test_a_confirmation_start_is_priced_with_the_confirmations_own_runs() -> Non
 
 def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_starts() -> None:
     from harness.failure import Failure
-    from search.estimate import MIN_CONFIRM_ROUNDS
-    from search.results import TrialRecord, TrialState
+    from search.store.results import TrialRecord, TrialState
+    from search.study.estimate import MIN_CONFIRM_ROUNDS
 
     space = load_space(QWEN)
     est = Estimator(space)

@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 
 from harness import flagsearch_home
-from harness.client import RequestResult
-from harness.measure import RunSample, WorkloadMeasurement
+from harness.measure.client import RequestResult
+from harness.measure.measure import RunSample, WorkloadMeasurement
 from search.report import (
     MIN_IMPORTANCE_TRIALS,
     ReportInput,
@@ -40,8 +40,8 @@ from search.report import (
     startup_plot_svg,
     trials_frame,
 )
-from search.results import Failure, ResultsError, TrialRecord
-from search.summary import StudyView
+from search.store.results import Failure, ResultsError, TrialRecord
+from search.store.summary import StudyView
 
 # ---- records made here, for the builders ----------------------------------------------------------
 

@@ -26,9 +26,9 @@ from harness import flagsearch_home
 from harness.engines import DIALECTS, EngineSettings, ModelChoice, get_engine
 from harness.launch import LaunchSpec, get_launcher
 from harness.launch.spec import REDACTED, redact_argv
-from search.results import ResultsError, TrialRecord, read_json, read_record, write_json_atomic
-from search.space import SpaceError, load_space, parse_space
-from search.study import free_port
+from search.space.space import SpaceError, load_space, parse_space
+from search.store.results import ResultsError, TrialRecord, read_json, read_record, write_json_atomic
+from search.study.study import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("search", "harness", "scripts", "bench", "tests")
@@ -290,7 +290,7 @@ def test_report_on_a_corrupted_results_file_warns_never_silently(tmp_path: Path)
     """`search report` over a study whose result.json was cut in half names the file in a warning."""
     import optuna
 
-    from search.study import RECORD_ATTR, default_storage
+    from search.study.study import RECORD_ATTR, default_storage
 
     results = tmp_path / "r"
     study = optuna.create_study(storage=default_storage(results), study_name="r", direction="maximize")

@@ -1,4 +1,4 @@
-"""The study's sampler (search/sampler.py): failures rank below every completed trial for TPE
+"""The study's sampler (search/sampling/sampler.py): failures rank below every completed trial for TPE
 (single- and multi-objective) and NSGA-II, shown by what the sampler proposes next; seeds per
 worker; the space-filling start; duplicates drawn again; exhaustion.
 
@@ -14,7 +14,7 @@ import pytest
 from optuna.samplers import NSGAIISampler
 from optuna.trial import TrialState
 
-from search.sampler import (
+from search.sampling.sampler import (
     FAILED_KEY,
     FAILED_VIOLATION,
     design_space,
@@ -24,8 +24,8 @@ from search.sampler import (
     space_exhausted,
     worker_seed,
 )
-from search.space import Space, parse_space
-from search.trial_index import RECORD_ATTR
+from search.space.space import Space, parse_space
+from search.store.trial_index import RECORD_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 LIMIT = "errors == 0"
@@ -271,7 +271,7 @@ def test_each_proposal_says_how_it_was_chosen() -> None:
 
 
 def test_a_reused_result_is_no_observation_of_the_guided_phase() -> None:
-    """A trial whose config the loop copied from an earlier one (search/scoring.py: copy_duplicate)
+    """A trial whose config the loop copied from an earlier one (search/study/scoring.py: copy_duplicate)
     is no second measurement. With one real result and its copy, the model has one observation, too
     few to guide (it needs two): the inner sampler proposes. With a second real result it guides."""
     space = make_space(LINE)

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from harness import flagsearch_home
-from search.space import parse_space
-from search.study import StudyRunner, default_storage
-from search.summary import load_view
+from search.space.space import parse_space
+from search.store.summary import load_view
+from search.study.study import StudyRunner, default_storage
 from tests.conftest import VLLM_ENV
 
 pytestmark = pytest.mark.e2e

@@ -1,7 +1,7 @@
 """A literal secret written into a space reaches no file and no output, with a real llama-server
 that demands it: a search, an A/B, a baseline save and every report format, then every byte under
 results/ and baselines/ is searched for it. The server is started with `--api-key`, so the trial
-only measures anything if the client sends the key (harness.client.server_client)."""
+only measures anything if the client sends the key (harness.measure.client.server_client)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import yaml
 from harness import flagsearch_home, secrets
 from harness.engines import get_engine
 from harness.launch import get_launcher, wait_ready
-from search.results import read_record
-from search.study import free_port
+from search.store.results import read_record
+from search.study.study import free_port
 from tests.conftest import require, smollm2_gguf
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The gate over server starts (search/sequential.py): error rates under repeated looks, power,
+"""The gate over server starts (search/verdicts/sequential.py): error rates under repeated looks, power,
 errors judged as rates, quality as a test on checks, and the stop rule of an interleaved run."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from search.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
-from search.boundaries import (
+from search.regress.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.regress.gate_report import GateReport
+from search.verdicts.boundaries import (
     BOUNDARIES,
     OBF_SECTION,
     _null_paired_p,
@@ -25,9 +26,8 @@ from search.boundaries import (
     paired_p_threshold,
     sequential_p_threshold,
 )
-from search.gate import MetricVerdict
-from search.gate_report import GateReport
-from search.sequential import (
+from search.verdicts.gate import MetricVerdict
+from search.verdicts.sequential import (
     compare_errors,
     compare_paired,
     compare_quality,
@@ -287,7 +287,7 @@ def test_the_rounds_promised_have_the_power_they_promise(sd: float) -> None:
     assert sequential_power(sd, 0.1111, 0.02, need) >= 0.94
     assert sequential_power(sd, 0.1111, 0.02, need - 1) < 0.95
     assert rounds_needed(0.5, 0.03, 0.02) is None  # beyond the longest stored plan: said, not guessed
-    # A continuation after 4 rounds (looks at 5..N on all rounds so far, search/confirm.py): the same.
+    # A continuation after 4 rounds (looks at 5..N on all rounds so far, search/confirm/confirm.py): the same.
     more = rounds_needed(sd, 0.1111, 0.02, first=5)
     assert more is not None and more >= 5
     assert sequential_power(sd, 0.1111, 0.02, more, first=5) >= 0.94

@@ -13,10 +13,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from harness.failure import Failure
-from search.results import TrialRecord, write_json_atomic
-from search.results import TrialState as RecordState
-from search.storage import BUDGET_ATTR
-from search.trial_index import RECORD_ATTR
+from search.store.results import TrialRecord, write_json_atomic
+from search.store.results import TrialState as RecordState
+from search.store.storage import BUDGET_ATTR
+from search.store.trial_index import RECORD_ATTR
 from tests.fault_server import print_past_capture
 from tests.soak import driver as soak
 from tests.soak.audit import Tally, audit_study, table

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.engines import get_engine
-from search.space import SpaceError, constraint_value, load_space, parse_space
+from search.space.space import SpaceError, constraint_value, load_space, parse_space
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The "nothing left to win" rule (search/stopping.py) on studies told as the loop tells them."""
+"""The "nothing left to win" rule (search/sampling/stopping.py) on studies told as the loop tells them."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from search.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
-from search.space import Space, parse_space
-from search.stopping import study_observations, study_should_stop
-from search.surrogate import Observation, likely_to_fail, repeat_spread
-from search.trial_index import RECORD_ATTR
+from search.sampling.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
+from search.sampling.stopping import study_observations, study_should_stop
+from search.sampling.surrogate import Observation, likely_to_fail, repeat_spread
+from search.space.space import Space, parse_space
+from search.store.trial_index import RECORD_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 ABC = {"a": [0, 1, 2], "b": ["x", "y", "z"], "c": [16, 64, 256]}
@@ -155,7 +155,7 @@ def test_configs_the_sampler_may_not_propose_are_not_untried() -> None:
 
 def test_a_reused_result_is_no_second_measurement() -> None:
     """A config suggested again is not started again: the loop tells the earlier result a second
-    time (search/scoring.py: copy_duplicate). The model must not read that as a repeat that agreed
+    time (search/study/scoring.py: copy_duplicate). The model must not read that as a repeat that agreed
     exactly, which would shrink the noise it learns from real repeats towards nothing."""
     space = make_space()
     measured = configs()[:6]

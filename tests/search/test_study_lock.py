@@ -1,4 +1,4 @@
-"""The study lock (search/study_lock.py) on SQLite, across processes: a second worker waits while
+"""The study lock (search/study/lock.py) on SQLite, across processes: a second worker waits while
 the first holds it, and a worker killed while holding it does not block the others. The race it
 closes is shown end to end by tests/search/test_distributed.py (workers started at the same instant)."""
 
@@ -11,12 +11,12 @@ import threading
 import time
 from pathlib import Path
 
-from search.study_lock import StudyLock
+from search.study.lock import StudyLock
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
-from search.study_lock import StudyLock
+from search.study.lock import StudyLock
 lock = StudyLock(sys.argv[1], "s")
 print("trying", flush=True)
 lock.acquire()

@@ -17,10 +17,10 @@ import optuna
 import pytest
 
 from search.commands.confirm import confirm_study
-from search.space import parse_space
-from search.study import StudyRunner, counted_trials, default_storage
-from search.summary import load_view
-from search.warmstart import WARM_ATTR, warm_start
+from search.sampling.warmstart import WARM_ATTR, warm_start
+from search.space.space import parse_space
+from search.store.summary import load_view
+from search.study.study import StudyRunner, counted_trials, default_storage
 from tests.conftest import llama_space_doc
 
 pytestmark = pytest.mark.e2e
@@ -137,12 +137,12 @@ def stall_during(trial_number: int, runner_box: list[StudyRunner]) -> Any:
 
 
 def throttled_space(name: str) -> dict[str, Any]:
-    """Two engines of the same llama-server build: `throttled` runs it under harness/throttle.py,
+    """Two engines of the same llama-server build: `throttled` runs it under harness/launch/throttle.py,
     frozen 40% of every 100 ms: a real slowdown to ~0.6x whatever else the machine does (unlike
     thread counts, whose effect flips with the load on a 2-core machine)."""
     doc = study_doc(name, 3)
     plain = doc["engines"]["llamacpp"]
-    throttle = Path(__file__).resolve().parents[2] / "harness" / "throttle.py"
+    throttle = Path(__file__).resolve().parents[2] / "harness" / "launch" / "throttle.py"
     doc["engines"]["throttled"] = {**plain, "dialect": "llamacpp",
                                    "command": [sys.executable, str(throttle), "0.4", "--", *plain["command"]]}
     doc["params"] = {"threads": {"type": "fixed", "value": 1},

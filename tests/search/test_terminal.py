@@ -15,8 +15,8 @@ from pathlib import Path
 
 import optuna
 
-from search.results import TrialRecord
-from search.study import RECORD_ATTR, default_storage
+from search.store.results import TrialRecord
+from search.study.study import RECORD_ATTR, default_storage
 from search.terminal import PIPED_WIDTH
 
 ROOT = Path(__file__).resolve().parents[2]

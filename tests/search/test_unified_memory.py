@@ -1,4 +1,4 @@
-"""Unified memory (search/unified_memory.py): free memory is read before every start from the device
+"""Unified memory (search/study/unified_memory.py): free memory is read before every start from the device
 (here a fake device report: FLAGSEARCH_DEVICE_REPORT), a start refused for memory that something else
 holds is re-tried once and recorded as a memory failure (not a config failure: no budget, hidden from
 the sampler, never taken for a known result), and a refusal while enough was free is the config's."""
@@ -14,11 +14,11 @@ import optuna
 import pytest
 
 from harness.failure import Failure
-from search.results import TrialState
-from search.space import parse_space
-from search.storage import counted_trials, stored_records
-from search.study import StudyRunner
-from search.unified_memory import MEMORY_HELD, MemoryGuard
+from search.space.space import parse_space
+from search.store.results import TrialState
+from search.store.storage import counted_trials, stored_records
+from search.study.study import StudyRunner
+from search.study.unified_memory import MEMORY_HELD, MemoryGuard
 
 SERVER = (Path(__file__).resolve().parents[1] / "memory_refusing_server.py")
 REFUSAL = ("ValueError: Free memory on device cuda:0 (40.0/121.7 GiB) on startup is less than desired GPU memory "

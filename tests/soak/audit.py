@@ -1,6 +1,6 @@
 """The soak's audit (tests/soak/driver.py): a study checked against what was asked, and the tally table.
 
-Rules (search/storage.py, search/recovery.py): the study holds exactly the trials asked that count
+Rules (search/store/storage.py, search/study/recovery.py): the study holds exactly the trials asked that count
 in the budget (duplicates, skips and interrupted trials do not), every trial has exactly one record
 (on the trial, or on the study for a trial of a killed search) and its result file agrees, no trial
 is left running or queued, no config is measured twice, each interrupted config is re-run exactly
@@ -17,10 +17,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState as OptunaState
 
-from search.recovery import interrupted_records
-from search.results import read_record
-from search.storage import BUDGET_ATTR, counted_trials
-from search.trial_index import RECORD_ATTR, params_key
+from search.store.results import read_record
+from search.store.storage import BUDGET_ATTR, counted_trials
+from search.store.trial_index import RECORD_ATTR, params_key
+from search.study.recovery import interrupted_records
 
 
 @dataclass

@@ -13,7 +13,7 @@ no fault or one of:
 - tool_kill / tool_term: SIGKILL / SIGTERM of `search run` itself while the trial measures; the soak
   then runs the same command again, which resumes the study.
 
-The audit (search/storage.py, search/recovery.py): the study holds exactly the trials asked that
+The audit (search/store/storage.py, search/study/recovery.py): the study holds exactly the trials asked that
 count in the budget (duplicates and skips do not), every counted trial has exactly one record, no
 trial is left running or queued, each interrupted trial is re-run exactly once, no config was
 measured twice, every failure names its cause, and no process started by any `search run` of the
@@ -43,7 +43,7 @@ import yaml
 
 from harness import flagsearch_home
 from harness.launch import reaper
-from search.storage import default_storage
+from search.store.storage import default_storage
 
 from .audit import Fault, Tally, audit_study, table
 

@@ -1,4 +1,4 @@
-"""What the confirmation's blocked test (search/blocked.py) costs where its assumption is wrong: the
+"""What the confirmation's blocked test (search/verdicts/blocked.py) costs where its assumption is wrong: the
 arms' starts unequally noisy. Simulated confirmations of three arms (default, top config, positive
 control) at the demo's plan (looks at 3 and 4 rounds, alpha 0.02), the product's statistic and
 stored threshold, against the paired test's on the same draws; prints, per case, how often arm 1
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from search.boundaries import blocked_p_threshold, p_values, paired_p_threshold
+from search.verdicts.boundaries import blocked_p_threshold, p_values, paired_p_threshold
 
 LOOKS = (3, 4)
 ALPHA = 0.02

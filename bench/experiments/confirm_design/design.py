@@ -1,7 +1,7 @@
 """The confirmation's design from measured noise: fits the components of rows.json (measure.py)
 and simulates the demo's confirmation (its default, a top config and the 10% positive control,
-the product's own sequential test and stop rule: search/confirm.py `judge`, since 2026-11-29 the
-blocked test of search/blocked.py; design.txt and design_aa.txt were printed with the paired test
+the product's own sequential test and stop rule: search/confirm/confirm.py `judge`, since 2026-11-29 the
+blocked test of search/verdicts/blocked.py; design.txt and design_aa.txt were printed with the paired test
 before it, design_blocked.txt and design_aa_blocked.txt with it) for each affordable design.
 
     python -m bench.experiments.confirm_design.design [SIMS] [ROWS]
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from search.confirm import Arm, judge
-from search.sequential import MIN_STARTS, settled
+from search.confirm.confirm import Arm, judge
+from search.verdicts.sequential import MIN_STARTS, settled
 
 HERE = Path(__file__).parent
 ARMS = 3  # the demo's: the default, its top config, the positive control

@@ -22,9 +22,9 @@ from typing import Any
 
 from bench.common import default_params
 from harness import Session
-from harness.hostload import LoadMeter
-from search.fresh_start import measure_fresh
-from search.space import load_space
+from harness.host.hostload import LoadMeter
+from search.confirm.fresh_start import measure_fresh
+from search.space.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Is harness/throttle.py --stretch exact? In front of a fake server that writes a small chunk every
+"""Is harness/launch/throttle.py --stretch exact? In front of a fake server that writes a small chunk every
 30 ms (128 of them, the first after 100 ms) to each of four connections at once, the client-side gap
 between chunks and the first chunk's time: direct, through the proxy with no delay, and with FRACTION.
 
@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-THROTTLE = Path(__file__).resolve().parents[3] / "harness" / "throttle.py"
+THROTTLE = Path(__file__).resolve().parents[3] / "harness" / "launch" / "throttle.py"
 PORT = 18777
 CHUNKS, GAP_S, FIRST_S = 128, 0.03, 0.1
 

@@ -1,5 +1,5 @@
 """How large the demo's 10% positive control is on this host: the default against the default behind
-harness/throttle.py --stretch FRACTION, each on a fresh start, three runs a start, in rounds whose
+harness/launch/throttle.py --stretch FRACTION, each on a fresh start, three runs a start, in rounds whose
 order alternates: bench/experiments/confirm_design/measure.py's measurement with another fraction.
 
     python -m bench.experiments.control_size.pair ROUNDS [FRACTION]

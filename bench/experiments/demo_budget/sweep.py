@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.common import default_params
 from bench.demo_replay import demo_report
-from search.space import load_space
+from search.space.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 BUDGETS = ((8, 4), (9, 4), (10, 4), (10, 5), (12, 5))

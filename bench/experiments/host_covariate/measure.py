@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.common import default_params, request_for
 from harness import MeasureSettings, Session
-from harness.workloads import WorkloadSpec
-from search.space import load_space
+from harness.measure.workloads import WorkloadSpec
+from search.space.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = ("qa", "code", "json", "math")  # the demo's four_streams workload

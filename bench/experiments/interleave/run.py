@@ -1,6 +1,6 @@
 """Do runs alternated between two resident servers pair away the host's speed episodes that `search ab`'s
 block design leaves in a start's value? On the 2-core VM, 8-run vLLM-CPU starts showed their level moving
-within a start (halves F 1.4-3.4, harness/stats.py: level_shift_within_starts) and 2.6-4.3% between starts
+within a start (halves F 1.4-3.4, harness/measure/stats.py: level_shift_within_starts) and 2.6-4.3% between starts
 beyond their runs in an hour the speed probe called calm (bench/data/calibration_vllm_cpu_zen4_r8.json).
 
 One A/A pair (the calibration space's default config twice), fresh starts every round, two designs
@@ -8,7 +8,7 @@ alternating round by round in one hour so that both meet the same host:
 - block: start A, k runs, stop; start B, k runs, stop (`search ab`'s round, through Session.run);
 - alternated: start A, start B (both resident), then runs A, B, A, B, ... k each, stop both.
 Order alternates per round. Writes every run to results.json (resumable: rounds done are kept) and prints
-per design the paired noise per start, run to run and between starts (search/paired_spread.py's split).
+per design the paired noise per start, run to run and between starts (search/verdicts/paired_spread.py's split).
 
     flock /tmp/flagsearch-measure.lock .venv/bin/python -m bench.experiments.interleave.run --rounds 16
 """
@@ -27,10 +27,10 @@ import numpy as np
 from bench.calibrate.live import subjects
 from bench.common import REPO, measure_settings
 from harness.session import MeasureSettings, Session
-from search.ab import Subject
-from search.paired_spread import paired_spread
-from search.results import write_json_atomic
-from search.space import load_space
+from search.regress.ab import Subject
+from search.space.space import load_space
+from search.store.results import write_json_atomic
+from search.verdicts.paired_spread import paired_spread
 
 HERE = Path(__file__).parent
 SPACE = REPO / "bench" / "tables" / "calibrate-vllm-cpu-zen4.yaml"

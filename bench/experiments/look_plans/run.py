@@ -4,13 +4,13 @@ with one look at 10 starts needs less noise than the gate's plan (a look after e
 Pocock threshold for all of them): the early looks cost power at the last. This compares plans and boundaries on
 the gate's own decision rule, vectorised over many simulated runs:
 
-- Pocock (the product's boundary): one p threshold for every look (search.boundaries.paired_p_threshold);
-- O'Brien-Fleming shaped (search.boundaries.obrien_fleming_thresholds, `--boundary obrien-fleming`): the z boundary
-  c * sqrt(N / k) at look k of a plan ending at N, c set by simulation so that the chance of any false crossing is
-  alpha; early looks need a large effect, the last is near a single look.
+- Pocock (the product's boundary): one p threshold for every look (search.verdicts.boundaries.paired_p_threshold);
+- O'Brien-Fleming shaped (search.verdicts.boundaries.obrien_fleming_thresholds, `--boundary obrien-fleming`): the z
+  boundary c * sqrt(N / k) at look k of a plan ending at N, c set by simulation so that the chance of any false
+  crossing is alpha; early looks need a large effect, the last is near a single look.
 
-Decision at a look (search.gate.decide, paired t on the rounds' log differences at that look's level): regressed
-if significant, the interval below 0 and the change at most -min_effect; unchanged if the interval is inside
+Decision at a look (search.verdicts.gate.decide, paired t on the rounds' log differences at that look's level):
+regressed if significant, the interval below 0 and the change at most -min_effect; unchanged if the interval is inside
 +-min_effect; a run stops once settled. The noise is the paired residual per start (a round's difference has
 twice its variance), normal on the log scale; no shared round term (pairing removes it).
 
@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from search.boundaries import obrien_fleming_thresholds, paired_p_threshold
-from search.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
+from search.verdicts.boundaries import obrien_fleming_thresholds, paired_p_threshold
+from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
 
 # The throughput verdict's share of a run's false-alarm budget: a family of two, the metric and its workload's
-# error rate (search.ab.family), as in every live run and `bench.calibrate simulate`.
+# error rate (search.regress.ab.family), as in every live run and `bench.calibrate simulate`.
 ALPHA = DEFAULT_ALPHA / 2
 HERE = Path(__file__).resolve().parent
 PLANS = {"every round 3..10": tuple(range(3, 11)), "3, 6, 10": (3, 6, 10), "5, 10": (5, 10), "3, 10": (3, 10),

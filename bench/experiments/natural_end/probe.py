@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 
 from harness import flagsearch_home
-from harness.workloads import catalogue
-from search.space import load_space
+from harness.measure.workloads import catalogue
+from search.space.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 

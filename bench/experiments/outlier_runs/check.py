@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.calibrate.confirmations import centered, pooled_sd
-from search.sequential import start_values
+from search.verdicts.sequential import start_values
 
 SHARE, Z = 0.10, 5.0
 
@@ -36,7 +36,7 @@ def kept(runs: list[float], drop: bool) -> list[float]:
 
 def paired_per_start(reps: list[dict], metric: str, drop: bool) -> tuple[float, int]:
     """The gate's paired noise per start and side (bench.calibrate's pooled paired residual), each
-    start's value the mean log of its kept runs (search.sequential.start_values)."""
+    start's value the mean log of its kept runs (search.verdicts.sequential.start_values)."""
     groups = []
     for rep in reps:
         a = start_values([kept(r, drop) for r in rep["run"]["a"]["runs"][metric]])

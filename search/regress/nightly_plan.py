@@ -1,0 +1,164 @@
+"""The nightly's plan and its paperwork: pricing a plan against the job limit, the checks the job
+promises before measuring (a CUDA torch in the candidate, a visible GPU), and promotion.
+
+Pricing: per baseline, rounds x 2 sides x (start + measure), from the baseline's recorded start
+times (startup.ready_s) and measure time (source.round_s, or a rough estimate from its e2e latency);
+`rounds` is the cap the regress run may reach when the gate stays unsettled, so the plan is priced at
+its worst case.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.builds.builds import Build, pinned_text
+from search.regress.baseline import Baseline, kept, save_baseline
+from search.store.results import read_json
+
+# Seconds per round and side assumed for a baseline that records neither start nor measure time.
+FALLBACK_START_S = 60.0
+
+
+@dataclass
+class Estimate:
+    baseline: str
+    start_s: float
+    measure_s: float
+    rounds: int
+    how: str
+
+    @property
+    def total_s(self) -> float:
+        return self.rounds * 2 * (self.start_s + self.measure_s)
+
+
+def estimate(baseline: Baseline, rounds: int, keep_servers: bool = False) -> Estimate:
+    """Wall time of regressing one baseline, from what the baseline recorded."""
+    starts = baseline.samples.get("startup.ready_s")
+    start_s = _median(starts) if starts else float(baseline.startup.get("phases_s", {}).get("process_to_listening")
+                                                   or FALLBACK_START_S)
+    how = "start from startup.ready_s" if starts else "start from the startup phases (or a 60 s guess)"
+    if baseline.source.get("round_s"):
+        measure_s = max(0.0, float(baseline.source["round_s"]) - start_s)
+        how += ", measure from source.round_s"
+    else:
+        # One run per workload per repeat (plus a warmup run), each about one request's e2e time times
+        # the requests per stream: rough, and said so.
+        space = baseline.space()
+        reps = (space.m.measure.repeats or 1) + (1 if space.m.measure.warmup else 0)
+        e2e = [_median(v) for k, v in baseline.samples.items() if k.endswith(".e2e_p50_s") and v]
+        per_stream = max((w.requests_per_stream for w in space.workload_specs()), default=1)
+        measure_s = reps * sum(e2e) * per_stream
+        how += ", measure ~ (repeats+warmup) x sum of e2e_p50 (rough: the baseline records no round_s)"
+    if keep_servers:
+        # One start per side for the whole run instead of one per round.
+        return Estimate(baseline.name, start_s / rounds, measure_s, rounds, how + "; servers kept")
+    return Estimate(baseline.name, start_s, measure_s, rounds, how)
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def refuse_plan(estimates: list[Estimate], limit_s: float, build_s: float, rounds: int) -> str | None:
+    """A sentence saying what to change, or None when the plan fits in 90% of the job limit."""
+    total = sum(e.total_s for e in estimates) + build_s
+    budget = 0.9 * limit_s
+    if total <= budget:
+        return None
+    per_round = sum(2 * (e.start_s + e.measure_s) for e in estimates)
+    fit = int((budget - build_s) // per_round) if per_round else 0
+    starts = sum(2 * e.rounds * e.start_s for e in estimates)
+    heaviest = max(estimates, key=lambda e: e.total_s)
+    hints = [f"--rounds {fit}" if fit >= 3 else "fewer baselines per job (--only NAME, one job each)",
+             f"--keep-servers (saves about {starts / 60:.0f} min of starts, at the price of a session effect)",
+             f"run `{heaviest.baseline}` ({heaviest.total_s / 60:.0f} min) in its own job (--only {heaviest.baseline})",
+             "or raise the job limit (--job-limit-min, and the workflow's timeout-minutes)"]
+    return (f"the plan needs about {total / 60:.0f} min ({len(estimates)} baseline(s) x {rounds} rounds x 2 sides"
+            f"{f', plus {build_s / 60:.0f} min of build' if build_s else ''}), over 90% of the "
+            f"{limit_s / 60:.0f} min job limit. Change one of: " + "; ".join(hints))
+
+
+def _tool_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except OSError:
+        return None
+
+
+def chain_ratios(baseline: Baseline) -> dict[str, float]:
+    """Per gated metric, the product of the B/A ratios of the promotions behind this baseline (1.0 for
+    a baseline recorded directly): what search.regress.nightly.drifted multiplies tonight's ratio onto."""
+    return {k: float(v) for k, v in (baseline.source.get("chain_ratio") or {}).items()
+            if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def promote(baseline: Baseline, report_dir: Path, build: Build, out_dir: Path, round_s: float) -> Path:
+    """A baseline of the candidate's measurement, same name and gate, with where it came from and the
+    promotion chain's product of B/A ratios (so that small losses cannot add up unseen)."""
+    data = read_json(report_dir / "report.json")
+    before = chain_ratios(baseline)
+    chain = {v["metric"]: before.get(v["metric"], 1.0) * float(v["ratio"]) for v in data.get("verdicts") or []
+             if v.get("gated") and isinstance(v.get("ratio"), (int, float)) and math.isfinite(v["ratio"])}
+    side = (data.get("run") or {}).get("b") or {}
+    ci_url = None
+    if os.environ.get("GITHUB_RUN_ID"):
+        ci_url = (f"{os.environ.get('GITHUB_SERVER_URL', '')}/{os.environ.get('GITHUB_REPOSITORY', '')}"
+                  f"/actions/runs/{os.environ['GITHUB_RUN_ID']}")
+    promoted = Baseline(
+        name=baseline.name, config=baseline.config, params=baseline.params, samples=kept(side.get("samples") or {}),
+        sample_unit="round", fingerprint=side.get("fingerprint") or {}, startup=side.get("startup") or {},
+        quality=side.get("quality"), command=side.get("command", ""), gate=dict(baseline.gate),
+        source={"kind": "nightly", "build": pinned_text(build), "build_resolved": build.fingerprint_fields(),
+                "promoted_from": baseline.created, "previous_build": baseline.source.get("build"),
+                "report": str(report_dir / "report.json"), "outcome": data.get("outcome"),
+                "rounds": (data.get("run") or {}).get("rounds_done"), "round_s": round(round_s, 1),
+                "chain_ratio": chain, "chain_length": int(baseline.source.get("chain_length") or 0) + 1,
+                "tool_commit": _tool_commit(), "ci_run": ci_url,
+                "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()})
+    return save_baseline(promoted, out_dir, overwrite=True)
+
+
+# ---- what the job promises before it measures ------------------------------------------------------
+
+_TORCH_PROBE = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+                "'available': torch.cuda.is_available(), 'devices': torch.cuda.device_count()}))")
+
+
+def torch_cuda_problem(python: str) -> str | None:
+    """None when the environment's torch is a CUDA build that sees a GPU; else what is wrong, and why it
+    happens (a wheel resolved against the default index brings the CPU torch)."""
+    try:
+        proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run {python}: {exc}"
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.strip().splitlines()[-2:])
+        return f"torch does not import in {python}: {tail}"
+    info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not info.get("cuda"):
+        return (f"the candidate's torch {info.get('torch')} is a CPU build (torch.version.cuda is None; {python}): "
+                "its wheel resolved torch from the default index. Pin the CUDA torch with FLAGSEARCH_BUILD_BASE="
+                "'torch==X+cuNNN' and its index (the workflow's TORCH_CUDA_VERSION and TORCH_CUDA_INDEX)")
+    if not info.get("available") or not info.get("devices"):
+        return (f"torch {info.get('torch')} (CUDA {info.get('cuda')}) sees no GPU (torch.cuda.is_available() is "
+                "False): check the driver, CUDA_VISIBLE_DEVICES and the runner's access to /dev/nvidia*")
+    return None
+
+
+def gpu_problem(host: dict[str, Any]) -> str | None:
+    """None when nvidia-smi lists a GPU on this host (harness.host.fingerprint); else the sentence to fail with."""
+    if host.get("gpu_count"):
+        return None
+    return ("no GPU is visible on this runner (nvidia-smi is missing or lists none): a GPU nightly would "
+            "measure nothing it was meant to; drop --require-gpu for a CPU runner")

@@ -1,0 +1,434 @@
+"""The study's sampler: a space-filling start, then TPE (or NSGA-II); failures rank last; one seed
+per worker; suggested duplicates are drawn again.
+
+How the loop must tell a trial (see `tell_failed_args` and docs/search.md):
+- completed: state COMPLETE with its objective values; its constraints via `trial.set_constraint`
+  (<= 0 feasible), plus `set_constraint(FAILED_KEY, 0.0)`.
+- failed (did not start, crashed, unresponsive, won't fit, degenerate output, ...): state COMPLETE
+  (not PRUNED, not FAIL) with `failure_values(directions)` as its values and
+  `set_constraint(FAILED_KEY, FAILED_VIOLATION)`. Why: Optuna 5's TPE ranks feasible COMPLETE >
+  PRUNED > infeasible (by total violation), so a violation larger than any real one puts a failure
+  below every completed trial, feasible or not; NSGA-II reads only COMPLETE trials and ranks
+  infeasible ones by total violation, so the same telling ranks failures last there too. Both
+  read only the violation of an infeasible trial, never its values, so the values only need to be
+  finite (NaN and inf break NSGA-II's crowding distance) and obviously not results.
+- interrupted (the worker died): FAIL, as today; samplers ignore FAIL trials and it is re-run.
+
+The initial design is shared by all workers (built from the space's seed, row = trial number
+minus the enqueued trials before it), so two workers on one study take different rows; the
+model-based phase uses the worker's own seed (`worker_seed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler, NSGAIISampler, RandomSampler, TPESampler
+from optuna.samplers._ga import BaseGASampler
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from search.sampling.surrogate import FailureModel, Observation, improvement_scores
+from search.space.schema import REQUEST_SIDE, FixedParam
+from search.space.space import Space
+from search.space.values import distribution
+from search.store.trial_index import RECORD_ATTR
+
+FAILED_KEY = "failed"
+QUEUED_ATTR = "queued"  # user attr of a trial queued by the space's `queue:` (its label)
+FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - threshold)
+FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
+MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
+RESAMPLE_TRIES = 3
+NOISE_ATTR = "noise_probes"  # search/sampling/noise.py's study attr: the default re-measured on fresh starts
+
+SamplerKind = Literal["tpe", "nsga2"]
+
+
+def worker_seed(base_seed: int, worker_tag: str) -> int:
+    """A seed of its own for each worker of one study, stable for a given (seed, worker)."""
+    digest = hashlib.sha256(f"{base_seed}|{worker_tag}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def failure_values(directions: Sequence[StudyDirection | str]) -> list[float]:
+    """Objective values to tell for a failed trial: the worst finite value in every direction."""
+    out = []
+    for d in directions:
+        maximize = d == StudyDirection.MAXIMIZE or d == "maximize"
+        out.append(-FAILED_VALUE if maximize else FAILED_VALUE)
+    return out
+
+
+def is_failed(trial: FrozenTrial) -> bool:
+    return trial.constraints.get(FAILED_KEY, 0.0) > 0
+
+
+def is_reused(trial: FrozenTrial) -> bool:
+    """A trial whose config was measured before: the loop copied that result instead of starting
+    it again (search/study/scoring.py: copy_duplicate). It is no second measurement: a model that took it
+    for one would learn a zero spread between "repeats" and shrink its noise towards nothing."""
+    record = trial.user_attrs.get(RECORD_ATTR)
+    return isinstance(record, dict) and record.get("duplicate_of") is not None
+
+
+def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Observation:
+    """A COMPLETE trial as the surrogate model sees it: failed (value None), infeasible, or a value."""
+    params = trial.params or trial.system_attrs.get("fixed_params", {})
+    feasible = all(v <= 0 for v in trial.constraints.values())
+    value = None if is_failed(trial) or not trial.values else trial.values[0]
+    return Observation({k: params[k] for k in dists}, value, feasible)
+
+
+def probe_observations(study: Study, dists: dict[str, BaseDistribution]) -> list[Observation]:
+    """The noise probes (search/sampling/noise.py: the default, trial 0, re-measured on fresh starts) as
+    repeated observations of the default config: the model learns its noise from them."""
+    probes = [p.get("value") for p in study.user_attrs.get(NOISE_ATTR, [])]
+    first = next((t for t in study.get_trials(deepcopy=False) if t.number == 0), None)
+    if first is None or not probes:
+        return []
+    params = first.params or first.system_attrs.get("fixed_params", {})
+    if not set(dists) <= set(params):
+        return []
+    return [Observation({k: params[k] for k in dists}, float(v)) for v in probes if v]
+
+
+def design_space(space: Space) -> dict[str, BaseDistribution]:
+    """Launch-side params every config has (no `when`), with their distributions: what the
+    initial design spreads over and what duplicates are judged on."""
+    out: dict[str, BaseDistribution] = {}
+    if len(space.m.engines) > 1:
+        out["engine"] = CategoricalDistribution(list(space.m.engines))
+    if len(space.m.models) > 1:
+        out["model"] = CategoricalDistribution([m.name for m in space.m.models])
+    for name, param in space.m.params.items():
+        if param.when or isinstance(param, FixedParam) or param.side == "request":
+            continue
+        dist = distribution(param)
+        if dist is not None:
+            out[name] = dist
+    return out
+
+
+def _finite_choices(dist: BaseDistribution) -> list[Any] | None:
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    if isinstance(dist, IntDistribution) and (dist.high - dist.low) // dist.step < 1000:
+        return list(range(dist.low, dist.high + 1, dist.step))
+    if isinstance(dist, FloatDistribution) and dist.step is not None:
+        n = round((dist.high - dist.low) / dist.step)
+        if n < 1000:
+            return [dist.low + i * dist.step for i in range(n + 1)]
+    return None
+
+
+def enumerate_configs(dists: dict[str, BaseDistribution]) -> list[dict[str, Any]] | None:
+    """Every config of a discrete space (None when it is continuous or too large)."""
+    choices = [_finite_choices(d) for d in dists.values()]
+    if any(c is None for c in choices) or math.prod(len(c or []) for c in choices) > MAX_ENUMERATE:
+        return None
+    return [dict(zip(dists, values, strict=True)) for values in itertools.product(*(c or [] for c in choices))]
+
+
+def _random_value(dist: BaseDistribution, rng: np.random.Generator) -> Any:
+    choices = _finite_choices(dist)
+    if choices is not None:
+        return choices[int(rng.integers(len(choices)))]
+    assert isinstance(dist, FloatDistribution | IntDistribution)
+    lo, hi = (math.log(dist.low), math.log(dist.high)) if dist.log else (dist.low, dist.high)
+    x = rng.uniform(lo, hi)
+    return _on_grid(dist, math.exp(x) if dist.log else x)
+
+
+def _on_grid(dist: FloatDistribution | IntDistribution, x: float) -> Any:
+    if isinstance(dist, IntDistribution):
+        return min(dist.high, dist.low + round((x - dist.low) / dist.step) * dist.step)
+    return float(min(dist.high, max(dist.low, x)))
+
+
+def latin_design(dists: dict[str, BaseDistribution], n: int, seed: int, candidates: int = 64) -> list[dict[str, Any]]:
+    """n configs spread over the space: every choice of every param appears about equally often
+    (a Latin hypercube over categorical levels; continuous ranges are stratified), and of
+    `candidates` such designs the one whose closest two configs differ most (maximin, Hamming
+    distance over the params) is kept, with no config repeated."""
+    rng = np.random.default_rng(seed)
+    names = list(dists)
+    best: list[dict[str, Any]] = []
+    best_score = (-1, -1.0)
+    for _ in range(candidates):
+        columns: dict[str, list[Any]] = {}
+        for name in names:
+            choices = _finite_choices(dists[name])
+            if choices is not None:
+                col = [choices[i % len(choices)] for i in range(n)]
+                columns[name] = [col[i] for i in rng.permutation(n)]
+            else:
+                d = dists[name]
+                assert isinstance(d, FloatDistribution | IntDistribution)
+                lo, hi = (math.log(d.low), math.log(d.high)) if d.log else (d.low, d.high)
+                strata = (rng.permutation(n) + rng.random(n)) / n
+                xs = [lo + s * (hi - lo) for s in strata]
+                xs = [math.exp(x) for x in xs] if d.log else xs
+                columns[name] = [_on_grid(d, x) for x in xs]
+        rows = [{name: columns[name][i] for name in names} for i in range(n)]
+        distinct = len({repr(sorted(r.items())) for r in rows})
+        dmin = min((sum(a[k] != b[k] for k in names) for a, b in itertools.combinations(rows, 2)), default=0)
+        mean = float(np.mean([sum(a[k] != b[k] for k in names)
+                              for a, b in itertools.combinations(rows, 2)])) if n > 1 else 0.0
+        score = (distinct, dmin + mean / (len(names) + 1))
+        if score > best_score:
+            best, best_score = rows, score
+    return best
+
+
+def default_design_size(space: Space) -> int:
+    """Space-filling configs before the model takes over: about one per searched param plus two,
+    at most a quarter of the budget, between 4 and 10."""
+    n_params = len(design_space(space))
+    return max(4, min(10, n_params + 2, space.m.budget.trials // 4))
+
+
+INNER_NAMES = {"TPESampler": "guided: TPE", "NSGAIISampler": "guided: NSGA-II", "RandomSampler": "random"}
+
+
+class FlagSampler(BaseSampler):
+    """A fixed space-filling design for the first trials, then `inner` (TPE or NSGA-II). A
+    proposal identical to an earlier or running trial is drawn again (RESAMPLE_TRIES times),
+    then replaced by the closest untried config."""
+
+    def __init__(self, dists: dict[str, BaseDistribution], inner: BaseSampler, n_design: int,
+                 design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03,
+                 allowed: Callable[[dict[str, Any]], bool] | None = None):
+        self.dists = dists
+        self.inner = inner
+        self.n_design = n_design
+        self.guide = guide
+        self.noise_floor = noise_floor
+        # `allowed`: configs worth proposing at all (e.g. not rejected by a memory-fit check).
+        self.allowed = allowed or (lambda _: True)
+        self.design = latin_design(dists, n_design, design_seed) if dists and n_design > 0 else []
+        if any(not self.allowed(row) for row in self.design):
+            # Spread over the allowed configs only (e.g. the engine/checkpoint pairs an engine loads).
+            wider = latin_design(dists, n_design * 4, design_seed)
+            self.design = [row for row in wider if self.allowed(row)][:n_design]
+        self._rng = np.random.default_rng(seed)
+        self._random = RandomSampler(seed=seed)
+        configs = enumerate_configs(dists) if dists else None
+        self.all_configs = None if configs is None else [c for c in configs if self.allowed(c)]
+        self.origins: dict[int, str] = {}  # trial number -> how its config was chosen (shown in progress)
+
+    # ---- BaseSampler --------------------------------------------------------------------------
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        inner = self.inner.infer_relative_search_space(study, trial)
+        return {**inner, **self.dists}
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        inner_space = {k: v for k, v in search_space.items() if k in self.inner.infer_relative_search_space(
+            study, trial)}
+        # Always asked, so that NSGA-II counts design trials in its generations.
+        proposal = self.inner.sample_relative(study, trial, inner_space)
+        row = self._design_row(study, trial)
+        origin = INNER_NAMES.get(type(self.inner).__name__, type(self.inner).__name__)
+        if row is not None:
+            proposal = {**proposal, **self.design[row]}
+            origin = f"space-filling design {row + 1}/{len(self.design)}"
+        elif self.guide == "gp":
+            guided = self._gp_choice(study, trial)
+            if guided is not None:
+                self.origins[trial.number] = "guided: the highest expected improvement under the model of results"
+                return {**proposal, **guided}
+        proposal = self._complete(proposal)
+        taken = self._taken(study, trial)
+        for _ in range(RESAMPLE_TRIES):
+            if self._fresh(proposal, taken):
+                break
+            proposal = self._complete(self.inner.sample_relative(study, trial, inner_space))
+        if not self._fresh(proposal, taken):
+            fresh = self._untried(taken, proposal)
+            if fresh is not None:
+                proposal = {**proposal, **fresh}
+                origin = "the closest untried config (the sampler repeated a tried one)"
+        self.origins[trial.number] = origin
+        return proposal
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        if self._design_row(study, trial) is not None:
+            return self._random.sample_independent(study, trial, param_name, param_distribution)
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+        if isinstance(self.inner, BaseGASampler):
+            # NSGA-II assigns a trial's generation only when it samples it: enqueued trials (the
+            # default config, warm-start configs) would never enter a generation otherwise.
+            self.inner.get_trial_generation(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+        self._random.reseed_rng()
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _design_row(self, study: Study, trial: FrozenTrial) -> int | None:
+        if not self.design:
+            return None
+        trials = study._get_trials(deepcopy=False, use_cache=True)
+        enqueued = sum(1 for t in trials if t.number < trial.number and "fixed_params" in t.system_attrs)
+        row = trial.number - enqueued
+        return row if 0 <= row < len(self.design) else None
+
+    def _gp_choice(self, study: Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The untried config of highest expected improvement under search/sampling/surrogate.py's model
+        (single objective, enumerable spaces; None otherwise: the inner sampler decides)."""
+        if len(study.directions) != 1 or self.all_configs is None:
+            return None
+        observed: list[Observation] = []
+        taken = self._taken(study, trial)
+        for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False):
+            key = self._key(t.params)
+            if key is not None and t.values and not is_reused(t):
+                observed.append(observation(t, self.dists))
+        if sum(o.usable for o in observed) < 2:
+            return None
+        untried = [c for c in self.all_configs if self._key(c) not in taken]
+        if not untried:
+            return None
+        failures = FailureModel(observed, self.dists)
+        candidates = [c for c in untried if not failures.fails(c)] or untried
+        maximize = study.directions[0] == StudyDirection.MAXIMIZE
+        observed += probe_observations(study, self.dists)
+        ei = improvement_scores(observed, candidates, self.dists, self.noise_floor, maximize)
+        top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
+        return candidates[int(top[int(self._rng.integers(len(top)))])]
+
+    def _fresh(self, proposal: dict[str, Any], taken: set[str]) -> bool:
+        return self._key(proposal) not in taken and self.allowed(proposal)
+
+    def _complete(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        """Design params the inner sampler left out (its random start, NSGA-II's mutations) are
+        drawn at random here, so that every proposal can be checked for duplicates."""
+        missing = {k: _random_value(d, self._rng) for k, d in self.dists.items() if k not in proposal}
+        return {**missing, **proposal}
+
+    def _key(self, params: dict[str, Any]) -> str | None:
+        """Identity of a proposal over the design params; None when it does not cover them all."""
+        if not self.dists or not set(self.dists) <= set(params):
+            return None
+        return repr([(k, params[k]) for k in self.dists])
+
+    def _taken(self, study: Study, trial: FrozenTrial) -> set[str]:
+        """Configs already measured, failed, running or queued (FAIL = interrupted: to be re-run).
+        Only trials with no params beyond the design's count: conditional params sampled later
+        could still make a new config differ."""
+        out = set()
+        states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+        for t in study._get_trials(deepcopy=False, states=states, use_cache=False):
+            if t.number == trial.number:
+                continue
+            params = t.params or t.system_attrs.get("fixed_params", {})
+            # Request-side params are measured at every start: they never make a config new.
+            if set(params) - set(self.dists) - {"engine", "model"} - set(REQUEST_SIDE):
+                continue
+            key = self._key(params)
+            if key is not None:
+                out.add(key)
+        return out
+
+    def _untried(self, taken: set[str], near: dict[str, Any]) -> dict[str, Any] | None:
+        """An untried config: of a discrete space, one closest to what the model wanted (fewest
+        params changed; ties at random), so the model's choice still steers."""
+        if self.all_configs is not None:
+            left = [c for c in self.all_configs if self._key(c) not in taken]
+            if not left:
+                return None
+            distance = [sum(c[k] != near.get(k) for k in self.dists) for c in left]
+            closest = [c for c, d in zip(left, distance, strict=True) if d == min(distance)]
+            return closest[int(self._rng.integers(len(closest)))]
+        for _ in range(1000):
+            config = {k: _random_value(d, self._rng) for k, d in self.dists.items()}
+            if self._fresh(config, taken):
+                return config
+        return None
+
+
+def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,
+                 n_design: int | None = None, guide: Literal["gp", "inner"] = "gp",
+                 noise_floor: float = 0.03, allowed: Callable[[dict[str, Any]], bool] | None = None,
+                 design_seed: int | None = None) -> BaseSampler:
+    """The study's sampler.
+
+    `seed`: this worker's seed (see worker_seed; the space's seed when None); `design_seed`: the
+    initial design's, the same for every worker of a study (the space's seed when None).
+    `n_design`: space-filling configs first (default_design_size). Then, for one objective over
+    an enumerable space with `guide="gp"`, the untried config of highest expected improvement
+    under search/sampling/surrogate.py's model; otherwise `kind`: TPE for any number of objectives
+    (multi-objective TPE learns from fewer trials than NSGA-II's generations) or NSGA-II. All
+    honour the constraints each trial sets, and a failure told as the module docstring says
+    ranks below every completed trial. `allowed`: configs worth proposing at all."""
+    seed = space.m.seed if seed is None else seed
+    n_design = default_design_size(space) if n_design is None else n_design
+    if kind == "nsga2":
+        inner: BaseSampler = NSGAIISampler(seed=seed, population_size=max(4, n_design))
+    else:
+        # constant_liar: running trials of other workers count as bad, so workers spread out.
+        with warnings.catch_warnings():  # multivariate and constant_liar are "experimental" since 2.x
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            inner = TPESampler(seed=seed, n_startup_trials=n_design, multivariate=True, constant_liar=True)
+    design_seed = space.m.seed if design_seed is None else design_seed
+    if allowed is None and any(e.models is not None for e in space.m.engines.values()):
+        engines, models = list(space.m.engines), [m.name for m in space.m.models]
+
+        def allowed(config: dict[str, Any]) -> bool:  # the pairs the space's engines load
+            return space.loads(config.get("engine", engines[0]), config.get("model", models[0]))
+    return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed)
+
+
+def space_exhausted(study: Study, space: Space) -> bool:
+    """True when every config of a discrete space (over its unconditional launch-side params)
+    has been measured, failed, or is running: the study has nothing new to try."""
+    dists = design_space(space)
+    configs = enumerate_configs(dists)
+    if configs is None or any(p.when for p in space.m.params.values()
+                              if not isinstance(p, FixedParam) and p.side == "launch"):
+        return False
+    keys = {repr([(k, c[k]) for k in dists]) for c in configs}
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    seen = set()
+    for t in study.get_trials(deepcopy=False, states=states):
+        params = t.params or t.system_attrs.get("fixed_params", {})
+        if set(dists) <= set(params):
+            seen.add(repr([(k, params[k]) for k in dists]))
+    return keys <= seen
+
+
+def tell_failed_args(directions: Sequence[StudyDirection | str]) -> dict[str, Any]:
+    """What `study.tell` needs for a failed trial (after `set_constraint(FAILED_KEY,
+    FAILED_VIOLATION)`): COMPLETE with the worst finite values."""
+    return {"values": failure_values(directions), "state": TrialState.COMPLETE}
+
+
+def trial_origin(study: Study, trial: optuna.Trial) -> str:
+    """How a trial's config was chosen: the sampler's phase, or queued (the default, a resume,
+    a warm start) when the sampler did not propose it."""
+    origins = getattr(study.sampler, "origins", {})
+    if trial.number in origins:
+        return str(origins[trial.number])
+    stored = study._storage.get_trial(trial._trial_id)
+    if "fixed_params" in stored.system_attrs:
+        if stored.user_attrs.get(QUEUED_ATTR):
+            return f"queued by the space: {stored.user_attrs[QUEUED_ATTR]}"
+        return "queued (the default config, a resumed trial or a warm start)"
+    return type(study.sampler).__name__

@@ -1,0 +1,3 @@
+"""Space files: YAML -> validated Space (schema, param values, conditions, constraints)."""
+
+__all__ = ["schema", "space", "values"]

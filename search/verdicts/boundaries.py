@@ -1,0 +1,273 @@
+"""The sequential thresholds every paired and blocked verdict uses, simulated once and stored with
+the code (search/data/paired_boundaries.json, written by `python -m search.verdicts.sequential`), or simulated
+on first use for a plan the table lacks.
+
+A plan looks after several round counts; looking many times inflates false alarms, so every look
+uses one nominal p threshold p* chosen by simulation so that the chance of any look crossing it under
+no change is alpha (a Pocock boundary on p values; the t statistic's null distribution does not
+depend on the unknown variances). The paired test (search/verdicts/sequential.py) and the confirmation's
+blocked test (search/verdicts/blocked.py: the larger of an arm's own and the pooled spread) each have theirs.
+The paired test can instead take an O'Brien-Fleming shaped boundary (a threshold per look, growing with the
+look): its constant for the usual plans is stored in the same file, other plans are simulated on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from search.verdicts.gate import DEFAULT_ALPHA
+
+MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wide to settle anything
+MAX_PLANNED_ROUNDS = 20  # the longest plan stored in search/data/paired_boundaries.json
+BOUNDARIES = Path(__file__).resolve().parents[1] / "data" / "paired_boundaries.json"
+PAIRED_SIMS = 200_000
+BLOCKED_SIMS = 200_000
+CHUNK = 25_000
+
+
+def looks_text(looks: Sequence[int]) -> str:
+    """"3..10" for a look after every round, "5, 10" otherwise."""
+    if list(looks) == list(range(looks[0], looks[-1] + 1)):
+        return f"{looks[0]}..{looks[-1]}"
+    return ", ".join(str(n) for n in looks)
+
+
+@lru_cache(maxsize=64)
+def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, sims: int = 200_000,
+                           seed: int = 7) -> float:
+    """Nominal two-sided p threshold for looks at these starts-per-side counts, with an overall
+    false-alarm probability alpha under no change (Monte Carlo, seeded: the same plan always gets
+    the same threshold)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return alpha
+    rng = np.random.default_rng(seed)
+    top = looks[-1]
+    a, b = rng.standard_normal((sims, top)), rng.standard_normal((sims, top))
+    min_p = np.ones(sims)
+    for n in looks:
+        xa, xb = a[:, :n], b[:, :n]
+        pooled = np.sqrt((xa.var(axis=1, ddof=1) + xb.var(axis=1, ddof=1)) / 2 * (2 / n))
+        t = (xb.mean(axis=1) - xa.mean(axis=1)) / pooled
+        min_p = np.minimum(min_p, 2 * special.stdtr(2 * n - 2, -np.abs(t)))
+    return float(np.quantile(min_p, alpha))
+
+
+def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
+    return f"{alpha:.6g}|{','.join(map(str, looks))}"
+
+
+@lru_cache(maxsize=2)
+def _stored_boundaries(section: str = "thresholds") -> dict[str, float]:
+    """One section of the stored table: "thresholds" (Pocock p thresholds) or OBF_SECTION (constants)."""
+    try:
+        return {str(k): float(v) for k, v in json.loads(BOUNDARIES.read_text())[section].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _null_paired_p(looks: tuple[int, ...], sims: int = PAIRED_SIMS, seed: int = 11) -> np.ndarray:
+    """sims x len(looks) two-sided p values of the paired t test at each look, on simulated null rounds."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    d = np.random.default_rng(seed).standard_normal((sims, looks[-1]))
+    return np.stack([2 * special.stdtr(n - 1, -np.abs(d[:, :n].mean(axis=1) / (d[:, :n].std(axis=1, ddof=1)
+                                                                           / math.sqrt(n)))) for n in looks], axis=1)
+
+
+def _pocock_threshold(null_p: np.ndarray, alpha: float) -> float:
+    """The one p threshold whose chance of any crossing on these null p values (one row a run) is alpha."""
+    return float(np.quantile(null_p.min(axis=1), alpha))
+
+
+def _simulate_paired(looks: tuple[int, ...], alpha: float, sims: int = PAIRED_SIMS, seed: int = 11) -> float:
+    return _pocock_threshold(_null_paired_p(looks, sims, seed), alpha)
+
+
+@lru_cache(maxsize=256)
+def paired_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> float:
+    """Nominal two-sided p threshold of the paired t test looked at after these round counts, with
+    an overall false-alarm probability alpha under no change: the stored table, else simulated
+    (seeded: the same plan always gets the same threshold)."""
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return alpha
+    stored = _stored_boundaries().get(_plan_key(looks, alpha))
+    return stored if stored is not None else _simulate_paired(looks, alpha)
+
+
+# Pocock: one threshold for every look (stops early on moderate changes). O'Brien-Fleming: the z boundary
+# c * sqrt(N / k) at look k of a plan ending at N (early looks stop only on large changes; the last is close to
+# a single look's): at 2-3.7% noise a start it finds a 5% change within 10 starts 8-20 points more often than
+# Pocock, and a 20% one ~1.5 rounds later (simulated: bench/experiments/look_plans).
+BOUNDARY_KINDS = ("pocock", "obrien-fleming")
+OBF_SECTION = "obrien_fleming"  # alpha|looks -> c, in the stored table
+
+
+def _obf_shape(looks: tuple[int, ...]) -> np.ndarray:
+    return np.sqrt(looks[-1] / np.array(looks, dtype=float))
+
+
+def _obf_constant(null_p: np.ndarray, looks: tuple[int, ...], alpha: float) -> float:
+    """c of the z boundary c * sqrt(N / k) whose chance of any crossing on these null p values is alpha."""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+    shape = _obf_shape(looks)
+    lo, hi = 1.0, 8.0
+    for _ in range(50):  # bisection on c: more crossings than alpha means the boundary is too low
+        mid = (lo + hi) / 2
+        crossed = float((null_p < 2 * stats.norm.sf(mid * shape)).any(axis=1).mean())
+        lo, hi = (mid, hi) if crossed > alpha else (lo, mid)
+    return hi
+
+
+@lru_cache(maxsize=64)
+def obrien_fleming_thresholds(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA) -> tuple[float, ...]:
+    """Each look's nominal two-sided p threshold of the paired t test on an O'Brien-Fleming shaped boundary,
+    2 * sf(c * sqrt(N / k)), with c set so that the chance of any crossing under no change is alpha: the
+    stored constant, else simulated with the null draws of `_simulate_paired` (seeded: the same plan always
+    gets the same; a `rounds_needed` hint walks several plans, ~1 s each when simulated)."""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if len(looks) <= 1:
+        return (alpha,) * len(looks)
+    c = _stored_boundaries(OBF_SECTION).get(_plan_key(looks, alpha))
+    if c is None:
+        c = _obf_constant(_null_paired_p(looks), looks, alpha)
+    return tuple(float(x) for x in 2 * stats.norm.sf(c * _obf_shape(looks)))
+
+
+def _usual_plans(caps: Sequence[int], min_rounds: int) -> list[tuple[int, ...]]:
+    """The stored plans: looks after every round from min_rounds to each cap."""
+    plans = [tuple(range(min(min_rounds, cap), cap + 1)) for cap in caps]
+    return [looks for looks in plans if len(looks) > 1]
+
+
+def paired_tables(alphas: Sequence[float], caps: Sequence[int],
+                  min_rounds: int = MIN_STARTS) -> tuple[dict[str, float], dict[str, float]]:
+    """The Pocock thresholds and O'Brien-Fleming constants of the usual plans, for the stored table: one
+    null simulation per plan (the one `_simulate_paired` draws), shared by every alpha and both boundaries."""
+    pocock: dict[str, float] = {}
+    obf: dict[str, float] = {}
+    for looks in _usual_plans(caps, min_rounds):
+        null_p = _null_paired_p(looks)
+        for alpha in alphas:
+            pocock[_plan_key(looks, alpha)] = _pocock_threshold(null_p, alpha)
+            obf[_plan_key(looks, alpha)] = _obf_constant(null_p, looks, alpha)
+    return pocock, obf
+
+
+def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA, arms: int = 2,
+                     boundary: str = "pocock") -> float:
+    """The p threshold of the look after `n` rounds in a plan with these looks. An O'Brien-Fleming plan's
+    threshold grows with the look; between looks (a run stopped early) the last look passed applies. The
+    blocked (confirmation) test has Pocock thresholds only."""
+    plan = tuple(sorted(set(k for k in looks if k >= 2)))
+    if boundary == "pocock" or arms > 2 or len(plan) <= 1:
+        return blocked_p_threshold(plan, alpha, arms)
+    if boundary not in BOUNDARY_KINDS:
+        raise ValueError(f"boundary {boundary!r}: one of {', '.join(BOUNDARY_KINDS)}")
+    thresholds = obrien_fleming_thresholds(plan, alpha)
+    return thresholds[max((i for i, k in enumerate(plan) if k <= n), default=0)]
+
+
+def p_values(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
+    """sims x len(looks) p values of the blocked statistic for arm 1 against arm 0 at each look, from
+    x: sims x arms x rounds start values (log scale)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    arms = x.shape[1]
+    out = np.ones((x.shape[0], len(looks)))
+    for i, n in enumerate(looks):
+        y = x[:, :, :n]
+        resid = y - y.mean(axis=2, keepdims=True) - y.mean(axis=1, keepdims=True) + y.mean(axis=(1, 2), keepdims=True)
+        df = (arms - 1) * (n - 1)
+        pooled = np.sqrt(2 * (resid ** 2).sum(axis=(1, 2)) / df)
+        d = y[:, 1] - y[:, 0]
+        spread = np.maximum(d.std(axis=1, ddof=1), pooled)
+        out[:, i] = 2 * special.stdtr(df, -np.abs(d.mean(axis=1) / (spread / math.sqrt(n))))
+    return out
+
+
+def _null_p_values(looks: tuple[int, ...], arms: int, sims: int = BLOCKED_SIMS, seed: int = 13) -> np.ndarray:
+    """`p_values` of simulated null confirmations (the arms are exchangeable under no change, so arm 1
+    against arm 0 stands for every arm). Every plan draws the same MAX_PLANNED_ROUNDS rounds, so a
+    plan's threshold is the same whether simulated alone or within the stored table."""
+    # In chunks (the same draws as one: the generator fills them in order): one array of all of them
+    # took 720 MB at 4 arms, too much for a CLI on a small box.
+    rng = np.random.default_rng(seed)
+    rounds = max(MAX_PLANNED_ROUNDS, looks[-1])
+    return np.concatenate([p_values(rng.standard_normal((min(CHUNK, sims - i), arms, rounds)), looks)
+                           for i in range(0, sims, CHUNK)])
+
+
+def _simulate_blocked(looks: tuple[int, ...], alpha: float, arms: int) -> float:
+    """Pocock threshold: the alpha quantile of the smallest p value over the plan's looks."""
+    return float(np.quantile(_null_p_values(looks, arms).min(axis=1), alpha))
+
+
+def blocked_table(alphas: Sequence[float], arms_counts: Sequence[int], firsts: Sequence[int]) -> dict[str, float]:
+    """Thresholds of the plans "looks at first..cap rounds" (cap up to MAX_PLANNED_ROUNDS) and of single
+    looks, for the search/data/paired_boundaries.json table: one simulation per (arms, first). A
+    single look's threshold is above alpha: the larger-spread rule is conservative under equal noise."""
+    table: dict[str, float] = {}
+    for arms in arms_counts:
+        singles = tuple(range(2, MAX_PLANNED_ROUNDS + 1))  # one look (a verdict with no plan)
+        once = _null_p_values(singles, arms)
+        table |= {blocked_key((n,), alpha, arms): float(np.quantile(once[:, i], alpha))
+                  for i, n in enumerate(singles) for alpha in alphas}
+        for first in firsts:
+            looks = tuple(range(first, MAX_PLANNED_ROUNDS + 1))
+            running = np.minimum.accumulate(_null_p_values(looks, arms), axis=1)
+            for i in range(1, len(looks)):
+                for alpha in alphas:
+                    table[blocked_key(looks[:i + 1], alpha, arms)] = float(np.quantile(running[:, i], alpha))
+    return table
+
+
+def blocked_key(looks: tuple[int, ...], alpha: float, arms: int) -> str:
+    return f"{_plan_key(looks, alpha)}|arms={arms}"
+
+
+@lru_cache(maxsize=256)
+def blocked_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, arms: int = 2) -> float:
+    """Nominal two-sided p threshold of the blocked statistic with `arms` arms looked at after these
+    round counts, overall false-alarm probability alpha under no change: the stored table, else
+    simulated (seeded). Two arms: the paired test's threshold."""
+    looks = tuple(sorted(set(n for n in looks if n >= 2)))
+    if arms <= 2:
+        return paired_p_threshold(looks, alpha)
+    if not looks:
+        return alpha
+    stored = _stored_boundaries().get(blocked_key(looks, alpha, arms))
+    return stored if stored is not None else _simulate_blocked(looks, alpha, arms)
+
+
+def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
+    """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
+    table, obf = paired_tables(alphas, caps, min_rounds)
+    table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
+    write_table({"thresholds": table, OBF_SECTION: obf})
+    return table
+
+
+def write_table(sections: dict[str, dict[str, float]]) -> None:
+    """Replace these sections of the stored table, keeping the others."""
+    try:
+        doc = json.loads(BOUNDARIES.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc.update(sections)
+    doc.update({"method": f"thresholds: Pocock boundary on the paired t test's p values, {PAIRED_SIMS} simulated null "
+                          "runs per plan, seed 11 (search/verdicts/boundaries.py); |arms=K: the blocked test of K "
+                          "arms, "
+                          f"{BLOCKED_SIMS} runs, seed 13; {OBF_SECTION}: c of the O'Brien-Fleming z boundary "
+                          "c * sqrt(N / k), on the paired null runs (seed 11)",
+                "key": "alpha|looks (rounds at each look)[|arms=K]"})
+    BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
+    BOUNDARIES.write_text(json.dumps(doc, indent=1))
+    _stored_boundaries.cache_clear()

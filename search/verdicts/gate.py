@@ -1,0 +1,247 @@
+"""Statistics for A/B runs, claims and regressions: the verdict on one metric, and exit codes.
+
+Every decision is made on raw samples, one sample per interleaved round and side:
+- the change is the ratio of medians B/A, with a bootstrap confidence interval (each side
+  resampled on its own);
+- significance is a two-sided Mann-Whitney U test (exact for small samples, no normality assumed);
+- a change only counts when it is also at least `min_effect` (default 3%) in size.
+
+Verdict per metric, with "better" meaning higher for throughputs and lower for latencies:
+- regressed / improved: significant (p < alpha), the interval excludes no-change, and the
+  measured change is at least min_effect in that direction;
+- unchanged: the whole interval lies within +-min_effect (any change is too small to matter);
+- inconclusive: neither; `repeats_needed` says how many rounds per side would settle it.
+Under an A/A comparison whose samples are exchangeable, a false "regressed" has probability at
+most alpha/2 (the Mann-Whitney test's size on one side); the min-effect condition lowers it further.
+
+Claims ("+24% tok/s") are judged in search/regress/claims.py; a whole comparison is rendered (Markdown,
+JUnit, exit code) by search/regress/gate_report.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from harness.measure.metric_registry import direction_of
+
+Verdict = Literal["regressed", "improved", "unchanged", "inconclusive"]
+Direction = Literal["higher", "lower"]
+
+DEFAULT_MIN_EFFECT = 0.03
+DEFAULT_ALPHA = 0.02  # two-sided: at most 1% false "regressed" calls under A/A
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_POWER = 0.95
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE = 0, 1, 2
+Samples = Sequence[float] | np.ndarray  # raw values of one side
+
+
+def metric_direction(name: str) -> Direction:
+    """Which way is better, as harness/measure/metric_registry.py declares it (rates and scores up, times,
+    errors and distances down); ValueError for a metric without a direction."""
+    return direction_of(name)
+
+
+def _clean(values: Samples) -> np.ndarray:
+    arr = np.asarray([float(v) for v in values if v is not None and not math.isnan(float(v))], dtype=float)
+    return arr
+
+
+def bootstrap_ratio_ci(a: Samples, b: Samples, confidence: float = DEFAULT_CONFIDENCE,
+                       n_resamples: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(b) / median(a), each side resampled on its own."""
+    arr_a, arr_b = _clean(a), _clean(b)
+    rng = np.random.default_rng(seed)
+    med_a = np.median(rng.choice(arr_a, size=(n_resamples, arr_a.size), replace=True), axis=1)
+    med_b = np.median(rng.choice(arr_b, size=(n_resamples, arr_b.size), replace=True), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = med_b / med_a
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return math.nan, math.nan
+    tail = (1.0 - confidence) / 2.0
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1.0 - tail))
+
+
+def mann_whitney_p(a: Samples, b: Samples) -> float:
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    arr_a, arr_b = _clean(a), _clean(b)
+    if arr_a.size == 0 or arr_b.size == 0:
+        return math.nan
+    if np.ptp(np.concatenate([arr_a, arr_b])) == 0:
+        return 1.0
+    return float(sps.mannwhitneyu(arr_a, arr_b, alternative="two-sided", method="auto").pvalue)
+
+
+def min_rounds_for_alpha(alpha: float) -> int:
+    """Smallest n per side at which an exact two-sided Mann-Whitney test can reach p < alpha at all."""
+    n = 1
+    while 2.0 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
+
+
+def noise_cv(a: Samples, b: Samples) -> float:
+    """Pooled relative noise: standard deviation of log samples around each side's own mean."""
+    parts = []
+    for arr in (_clean(a), _clean(b)):
+        arr = arr[arr > 0]
+        if arr.size >= 2:
+            logs = np.log(arr)
+            parts.append(logs - logs.mean())
+    if not parts:
+        return math.nan
+    dev = np.concatenate(parts)
+    dof = dev.size - len(parts)
+    return float(math.sqrt(float(np.sum(dev**2)) / dof)) if dof > 0 else math.nan
+
+
+def repeats_needed(cv: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+                   power: float = DEFAULT_POWER) -> int | None:
+    """Rounds per side to detect a change of min_effect at this noise with the given power.
+
+    Normal approximation for two samples on the log scale, divided by the Mann-Whitney test's
+    asymptotic relative efficiency (3/pi), and never below what the exact test needs to reach alpha.
+    """
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    if not math.isfinite(cv):
+        return None
+    delta = math.log1p(min_effect)
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    n = 2.0 * (z * cv / delta) ** 2 / (3.0 / math.pi)
+    return max(math.ceil(n), min_rounds_for_alpha(alpha))
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    metric: str
+    direction: Direction
+    verdict: Verdict
+    median_a: float
+    median_b: float
+    ratio: float  # median(B) / median(A)
+    ci_low: float
+    ci_high: float
+    p_value: float
+    n_a: int
+    n_b: int
+    cv: float
+    repeats_needed: int | None
+    min_effect: float
+    gated: bool = True
+    note: str = ""
+    samples_a: tuple[float, ...] = ()
+    samples_b: tuple[float, ...] = ()
+    level: float = DEFAULT_CONFIDENCE  # the interval's true confidence (1 - p* under sequential looks)
+    mde: float = math.nan  # smallest relative change this comparison had `power` to detect, at its noise
+    paired: bool = False  # judged on within-round differences
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.ratio - 1.0)
+
+    @property
+    def level_text(self) -> str:
+        return f"{100 * self.level:.3g}% CI"
+
+    def sensitivity(self) -> str:
+        """What an unchanged or inconclusive answer could have seen: '' for a change found."""
+        if self.verdict in ("regressed", "improved") or not math.isfinite(self.mde):
+            return ""
+        return f"could detect a change of {100 * self.mde:.1f}% or more ({100 * DEFAULT_POWER:.0f}% power)"
+
+    def describe(self) -> str:
+        ci = f"[{100 * (self.ci_low - 1):+.1f}%, {100 * (self.ci_high - 1):+.1f}%]"
+        seen = self.sensitivity()
+        return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%, {self.level_text} {ci}, "
+                f"p={self.p_value:.3g}, n={self.n_a}/{self.n_b}" + (f"; {seen}" if seen else "") + ")")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["samples_a"], out["samples_b"] = list(self.samples_a), list(self.samples_b)
+        out["change_pct"] = self.change_pct
+        return out
+
+
+def compare(metric: str, a: Sequence[float], b: Sequence[float], direction: Direction | None = None,
+            min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
+            confidence: float = DEFAULT_CONFIDENCE, power: float = DEFAULT_POWER, gated: bool = True,
+            seed: int = 0) -> MetricVerdict:
+    """The verdict for one metric from raw samples of A (baseline) and B (candidate)."""
+    direction = direction or metric_direction(metric)
+    arr_a, arr_b = _clean(a), _clean(b)
+    common = dict(metric=metric, direction=direction, min_effect=min_effect, gated=gated,
+                  samples_a=tuple(arr_a.tolist()), samples_b=tuple(arr_b.tolist()), n_a=int(arr_a.size),
+                  n_b=int(arr_b.size))
+    if arr_a.size < 2 or arr_b.size < 2:
+        return MetricVerdict(verdict="inconclusive", median_a=_median(arr_a), median_b=_median(arr_b),
+                             ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan, cv=math.nan,
+                             repeats_needed=min_rounds_for_alpha(alpha),
+                             note="fewer than 2 samples on a side", **common)  # type: ignore[arg-type]
+    med_a, med_b = float(np.median(arr_a)), float(np.median(arr_b))
+    if med_a == 0:
+        return _zero_baseline(arr_a, arr_b, common, min_effect, alpha)
+    ratio = med_b / med_a
+    low, high = bootstrap_ratio_ci(arr_a, arr_b, confidence, seed=seed)
+    p = mann_whitney_p(arr_a, arr_b)
+    cv = noise_cv(arr_a, arr_b)
+    need = repeats_needed(cv, min_effect, alpha, power)
+    # Orient so that a positive "gain" is always better.
+    verdict = decide(direction, ratio, low, high, p < alpha, min_effect)
+    note = ""
+    if verdict == "inconclusive":
+        if need is not None and need > min(arr_a.size, arr_b.size):
+            note = f"about {need} rounds per side would settle a {100 * min_effect:.0f}% change at this noise"
+        else:
+            note = "the interval straddles the minimum effect; more rounds would narrow it"
+    return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
+                         p_value=p, cv=cv, repeats_needed=need, note=note, **common)  # type: ignore[arg-type]
+
+
+def decide(direction: Direction, ratio: float, low: float, high: float, significant: bool,
+           min_effect: float) -> Verdict:
+    """The verdict from a ratio B/A, its interval and the test: a change must be significant, its
+    whole interval on one side and at least min_effect; "unchanged" needs the interval inside
+    +-min_effect."""
+    sign = 1.0 if direction == "higher" else -1.0
+    gain, gain_lo, gain_hi = sorted_gain(sign, ratio, low, high)
+    if significant and gain_lo > 0 and gain >= min_effect:
+        return "improved"
+    if significant and gain_hi < 0 and gain <= -min_effect:
+        return "regressed"
+    if (1 - min_effect) < low and high < (1 + min_effect):
+        return "unchanged"
+    return "inconclusive"
+
+
+def sorted_gain(sign: float, ratio: float, low: float, high: float) -> tuple[float, float, float]:
+    """(gain, low, high) of the relative change, oriented so that positive is better."""
+    ends = sorted((sign * (low - 1.0), sign * (high - 1.0)))
+    return sign * (ratio - 1.0), ends[0], ends[1]
+
+
+def _median(arr: np.ndarray) -> float:
+    return float(np.median(arr)) if arr.size else math.nan
+
+
+def _zero_baseline(arr_a: np.ndarray, arr_b: np.ndarray, common: dict[str, Any], min_effect: float,
+                   alpha: float) -> MetricVerdict:
+    """Counts such as errors: 0 in the baseline. Any candidate error is a change, no ratio exists."""
+    med_b = float(np.median(arr_b))
+    worse_if_up = common["direction"] == "lower"
+    if float(arr_b.max()) == 0:
+        verdict: Verdict = "unchanged"
+    elif med_b > 0 or mann_whitney_p(arr_a, arr_b) < alpha:
+        verdict = "regressed" if worse_if_up else "improved"
+    else:
+        verdict = "inconclusive"
+    return MetricVerdict(verdict=verdict, median_a=0.0, median_b=med_b, ratio=math.nan, ci_low=math.nan,
+                         ci_high=math.nan, p_value=mann_whitney_p(arr_a, arr_b), cv=math.nan,
+                         repeats_needed=None, note="baseline median is 0: judged on counts, not a ratio",
+                         **common)  # type: ignore[arg-type]
+
