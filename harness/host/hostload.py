@@ -15,8 +15,8 @@ the device makes the window contended (a shared accelerator decides a ranking as
 What no process table shows: another tenant of the physical host (a VM whose core's SMT sibling,
 or whose overcommitted host, is busy) slows every program here unevenly while this machine looks
 idle. `speed_probe` times a fixed piece of CPU work; `host_speed_note` says when it varied between
-the rounds of a comparison (seen 2026-11-28 on a 2-core VM: 0.67-1.33 s for one loop with nothing
-else running, and llama-server's decode rate 60-84 tok/s from one start to the next).
+the rounds of a comparison (on a shared VM with nothing else running, one loop can take 0.67-1.33 s,
+and llama-server's decode rate move 60-84 tok/s from one start to the next).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 
 import psutil
 
-# Foreign load above this share of the host's cores makes a verdict untrustworthy (measured: the
-# demo's ranking flipped under a load average of 15-22 on 2 cores, and held beside one busy core).
+# Foreign load above this share of the host's cores makes a verdict untrustworthy (measured: a
+# search's ranking flipped under a load average of 15-22 on 2 cores, and held beside one busy core).
 CONTENDED_SHARE = 0.35
 
 
@@ -187,7 +187,7 @@ class LoadMeter:
     (a fresh start per confirmation round) keeps the CPU it was last seen with. Reading only the
     processes alive at stop() counted a stopped server's CPU as foreign (its workers are not
     reaped by us, so it never reaches our children's times): 0.8-0.9 cores of "foreign" load on a
-    calm machine, measured in the demo's confirmation."""
+    calm machine, over a confirmation's fresh starts."""
 
     POLL_S = 0.5
 

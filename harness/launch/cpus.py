@@ -3,10 +3,10 @@
 
 Why: a small model's decode on a GPU is launch- and CPU-bound, and the scheduler moving the
 server's threads between cores (and onto the cores the client uses) made its start-to-start
-spread ~2% on an H100; under `taskset -c 2-9` it was 0.8-1.35% (docs/lab-notes/
-2026-11-gate-calibration.md). The process launcher applies the list in the child before exec
-(every thread and child the server makes inherits it); the Docker launcher passes it as the
-container's cpuset. A list naming CPUs this machine does not offer is refused before the start.
+spread ~2% on a GPU; pinned to 8 cores it was 0.8-1.35% (docs/calibration.md). The process
+launcher applies the list in the child before exec (every thread and child the server makes
+inherits it); the Docker launcher passes it as the container's cpuset. A list naming CPUs this
+machine does not offer is refused before the start.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ but is no claim: it is slower by construction and cannot make a false alarm), an
 every comparison is settled.
 
 The positive control (the default behind a known slowdown) proves what the confirmation can see:
-size it at the smallest effect the study claims to detect (the demo: 10%), not at an effect so
+size it at the smallest effect the study claims to detect (spaces/smollm2-cpu.yaml: 10%), not at an effect so
 large that any measurement finds it. The answer states the smallest change each comparison could
 have seen at its measured noise.
 
@@ -222,8 +222,8 @@ def continuable(earlier: dict[str, Any] | None, metric: str) -> str | None:
 def _past_end_caution(tops: list[TrialRecord], winner: int | None, metric: str) -> str:
     """A confirmed winner whose trial found its speculative acceptance differ past the answers' own
     ends (harness/measure/natural_end.py): its speed on real traffic may differ from the window's. A note
-    from another workload than the one the answer ranks by (`metric`'s) says so: demo O's came from
-    the single stream while its answer ranked four streams."""
+    from another workload than the one the answer ranks by (`metric`'s) says so: it may come from the
+    single stream while the answer ranks four streams."""
     notes = [w for r in tops if r.number == winner for w in r.warnings if PAST_END in w]
     if not notes:
         return ""
@@ -373,7 +373,7 @@ def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float, blocks: 
 def _unseen_size(best: MetricVerdict, missed: list[MetricVerdict]) -> str:
     """The difference the confirmation could see, when a control was missed: the larger of the
     winner's and the missed controls' detectable changes. A winner's comparison can be quiet by luck
-    (in demo E its one slow start fell in the same round as the default's) while the control's is
+    (one slow start that falls in the same round as the default's cancels) while the control's is
     not; the smaller number alone would claim to see what the control showed it did not."""
     mine = best.mde if math.isfinite(best.mde) else 0.0
     theirs = max((v.mde for v in missed if math.isfinite(v.mde)), default=0.0)

@@ -109,7 +109,7 @@ def result_from_report(baseline: str, report: dict[str, Any], path: str | None =
 def one_start_per_side(report: dict[str, Any]) -> bool:
     """Rounds on kept servers (`--keep-servers`): one start of each side. Their interval holds no
     start-to-start spread, so two servers' sessions, which differ by a few percent here however they are
-    pinned (an A/A nightly in CI: -3.1%, CI -4.6%..-1.7%, 2026-11-29; docs/regression.md), look significant."""
+    pinned (an A/A nightly measured -3.1%, CI -4.6%..-1.7%; docs/regression.md), look significant."""
     run = report.get("run") or {}
     starts = [len(((run.get(side) or {}).get("samples") or {}).get("startup.ready_s") or []) for side in ("a", "b")]
     return int(run.get("rounds_done") or 0) >= 2 and all(0 < n <= 1 for n in starts)

@@ -7,7 +7,7 @@ within-round difference from the default, as in the paired test (search/verdicts
 start noise e_jr is estimated from all K arms' residuals, (K - 1)(n - 1) degrees of freedom, where
 one arm's differences alone have n - 1. At 4 rounds of 3 arms that is 6 instead of 3: the t
 quantile of a 98.9% interval falls from 5.6 to 3.6 and the interval narrows about 1.5x at the same
-noise (the two demos of 2026-11-29 re-analysed: docs/search.md, "The confirmation's test").
+noise (docs/search.md, "The confirmation's test").
 
 Pooling assumes every arm's starts are as noisy as the others'. An arm noisier than the rest (a
 speculative config whose acceptance varies) would get too narrow an interval: each arm's spread
@@ -15,7 +15,7 @@ is the larger of its own within-round differences' and the pooled one, so no arm
 than it measured. Under equal noise that is conservative; the sequential threshold (a Pocock
 boundary on p values, as the paired test's) is simulated for exactly this statistic, so the chance
 that any look crosses it under no change is alpha. The interval's label, 1 - p*, is then a lower
-bound on its coverage at a look (simulated: a single look labelled 97.4% covers 98.0%; the demo's plan
+bound on its coverage at a look (simulated: a single look labelled 97.4% covers 98.0%; a plan
 of looks at 3 and 4 rounds, labelled 98.5%, covers 98.8% at each). With two arms it is the paired test.
 """
 

@@ -14,8 +14,8 @@ from harness.measure.stats import LevelShift, level_shift_within_starts, varianc
 from search.verdicts.boundaries import MAX_PLANNED_ROUNDS
 
 # Below this p value the runs' level is taken to move within starts (harness/measure/stats.py:
-# level_shift_within_starts); strict, as it only changes the advice: 8-run starts of vLLM-CPU on the 2-core VM
-# gave p = 2e-5, 0.009 and 0.13.
+# level_shift_within_starts); strict, as it only changes the advice: 8-run starts of a small CPU server
+# gave p from 2e-5 to 0.13, so a looser cut would call ordinary starts shifting.
 SHIFT_P = 0.01
 # The most measured runs a start takes (the space's measure.max_repeats default): advice never asks for more.
 MAX_RUNS_PER_START = 20

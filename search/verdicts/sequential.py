@@ -175,8 +175,8 @@ TREND_P = 0.05
 
 def drift_note(diffs: np.ndarray) -> str:
     """A caution where the difference moved over the rounds (a linear trend in the round's log difference):
-    the interval is then the average of a moving difference, and depends on how long the run was (a 13-round
-    confirmation of the demo: the winner's lead fell from 1.16x to 1.11x, docs/search.md). The verdict stands."""
+    the interval is then the average of a moving difference, and depends on how long the run was (over a
+    13-round confirmation a winner's lead can fall from 1.16x to 1.11x, docs/search.md). The verdict stands."""
     if diffs.size < TREND_MIN_ROUNDS or float(np.ptp(diffs)) == 0.0:
         return ""
     from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
@@ -195,7 +195,7 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
     alpha) detects a change of min_effect with `power` at this spread of within-round differences:
     the smallest N whose `mde` is at most min_effect (t quantiles at N - 1 degrees of freedom).
     None: not within MAX_PLANNED_ROUNDS. (A normal approximation at the current threshold promised
-    "about 4 rounds" right after 4 rounds had missed the demo's control: at 3 df and p* = 0.011 the
+    "about 4 rounds" right after 4 rounds had missed a control: at 3 df and p* = 0.011 the
     t quantile is 2.2x the normal one, and a longer plan lowers p*.) With `arms` > 2 the rounds are
     blocks of that many arms (search/verdicts/blocked.py): (arms - 1)(N - 1) degrees of freedom, its threshold."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
