@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How many tests drive real engines and how many do not, by pytest mark (what README.md quotes).
+# How many tests drive real engines and how many do not, by pytest mark (docs/testing.md shows how to run it).
 # Exclusive rows: a test with two marks counts in the first row that matches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
