@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import pkgutil
 import signal
 import sys
@@ -14,7 +15,8 @@ import sqlalchemy.exc
 
 from harness import secrets
 from harness.launch.reaper import Terminated, install_signal_handlers, stop_all
-from search import commands
+from search import commands, exit_codes
+from search.exit_codes import Exit
 from search.space.space import SpaceError
 from search.store.results import ResultsError
 from search.store.storage import storage_for
@@ -27,12 +29,32 @@ from search.terminal import out as console
 __all__ = ["console", "err", "main", "storage_for"]
 
 
+def version() -> str:
+    """The installed distribution's version (what a bug report or a CI log needs)."""
+    try:
+        return importlib.metadata.version("flagsearch")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _with_exit_codes(parser: argparse.ArgumentParser) -> None:
+    """Every command's --help, subcommands' included, ends with the one exit-code table."""
+    parser.epilog = "\n\n".join(p for p in (parser.epilog, exit_codes.epilog()) if p)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _with_exit_codes(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="search", description="Find the fastest good config of an LLM server.")
+    p.add_argument("--version", action="version", version=f"%(prog)s (flagsearch) {version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
     first = ("run", "show")  # the everyday commands lead the help
     for module in sorted((m.name for m in pkgutil.iter_modules(commands.__path__)), key=lambda n: (n not in first, n)):
         importlib.import_module(f"search.commands.{module}").register(sub)
+    _with_exit_codes(p)
     return p
 
 
@@ -50,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (SpaceError, ResultsError, ValueError) as exc:
         err.print(f"[red]error[/]: {safe(' '.join(str(exc).split()))}")
-        return 2
+        return Exit.USAGE
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError) as exc:
         # A corrupted, full or unreachable study storage: the root cause, in one line.
         root: BaseException = exc
@@ -60,11 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         disk = " (disk full)" if "full" in reason.lower() else ""
         stop_all()
         err.print(f"[red]error[/]: the study storage failed{disk}: {safe(reason)}")
-        return 2
+        # A URL that does not parse or names a driver not installed is the user's to fix.
+        given = isinstance(exc, sqlalchemy.exc.ArgumentError | ImportError)
+        return Exit.USAGE if given else Exit.FAILED
     except Terminated:
         stop_all()
         err.print("[yellow]terminated[/]: servers stopped; finished trials are stored")
-        return 143
+        return Exit.TERMINATED
 
 
 if __name__ == "__main__":

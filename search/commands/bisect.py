@@ -36,6 +36,7 @@ from harness.builds.builds import Build, BuildError, BuildSpec, ensure_build, pa
 from harness.files import load_yaml
 from harness.host.hostload import host_speed_note, load_note
 from search.commands.regress import Source, _progress, resolve_source
+from search.exit_codes import Exit
 from search.regress.ab import kept_unpinned_note, run_interleaved, subject_from
 from search.regress.baseline import parse_assignments
 from search.store.results import read_json, write_json_atomic
@@ -320,7 +321,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             text = render(specs, probes, step, metric, args.min_effect, interrupted=str(exc) or "interrupted")
             (out / "bisect.md").write_text(text)
             print(text)
-            return 143 if str(exc) == "terminated" else 130
+            return Exit.TERMINATED if str(exc) == "terminated" else Exit.INTERRUPTED
     text = render(specs, probes, step, metric, args.min_effect)
     (out / "bisect.md").write_text(text)
     print(text)

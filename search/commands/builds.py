@@ -11,6 +11,7 @@ from harness.builds.builds import BuildSpec, describe, dry_run_commands, ensure_
 from harness.builds.cache import builds_dir, list_builds, prune_builds
 from harness.engines import EngineSettings
 from search.commands.regress import _progress, err
+from search.exit_codes import Exit
 from search.regress.nightly import refuse_kind
 
 
@@ -84,7 +85,7 @@ def plan_sides(sides: list[Side], dry_run: bool) -> int | None:
     for why in refusals:
         err.print(f"[red]refused[/]: {why}")
     if refusals:
-        return 2
+        return Exit.USAGE
     if not dry_run:
         return None
     for s in sides:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from search.exit_codes import Exit
 from search.regress import history
 
 
@@ -12,7 +13,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     rows = history.load(args.baseline, args.dir)
     if not rows:
         print(f"no history for {args.baseline} in {args.dir or history.history_dir()}")
-        return 2
+        return Exit.NO_HISTORY
     for r in rows[-args.last:]:
         # A side that never started leaves no median (None) in its row.
         b = f"{r['median_b']:.4g}" if isinstance(r.get("median_b"), (int, float)) else "-"

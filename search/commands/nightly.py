@@ -27,6 +27,7 @@ from harness.builds.builds import Build, BuildError, describe, dry_run_commands,
 from harness.builds.envs import BuildNotFound
 from harness.host.fingerprint import host_fingerprint
 from search.commands import regress as regress_cmd
+from search.exit_codes import Exit
 from search.regress import history
 from search.regress.baseline import Baseline, load_baseline, pinned_space
 from search.regress.nightly import (
@@ -54,7 +55,6 @@ from search.verdicts.boundaries import BOUNDARY_KINDS
 from search.verdicts.gate import DEFAULT_ALPHA
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
-EXIT_ERROR = EXIT_CODES["error"]
 __all__ = ["Estimate", "cmd_nightly", "estimate", "promote", "refuse_plan", "register"]
 
 
@@ -71,7 +71,7 @@ def _no_baseline(args: argparse.Namespace, host: dict[str, Any], skipped: list[s
         err.print(f"[yellow]warning[/]: {msg}")
         return 0
     err.print(f"[red]FAILURE[/]: {msg}")
-    return EXIT_ERROR
+    return Exit.USAGE
 
 
 def _kind_refusals(args: argparse.Namespace, baselines: list[tuple[Path, Baseline]]) -> list[str]:
@@ -146,7 +146,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     host = host_fingerprint()
     if args.require_gpu and (problem := gpu_problem(host)):
         err.print(f"[red]FAILURE[/]: {problem}")
-        return EXIT_ERROR
+        return Exit.FAILED
     keep, skipped = regress_cmd.matching_baselines(Path(args.baselines), host)
     if args.only:
         keep = [p for p in keep if p.stem in set(args.only)]
@@ -157,7 +157,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     for why in refusals:
         err.print(f"[red]refused[/]: {why}")
     if refusals:
-        return EXIT_ERROR
+        return Exit.USAGE
     estimates = [estimate(b, args.rounds, args.keep_servers) for _, b in baselines]
     for e in estimates:
         show(f"plan {e.baseline}: at most {e.rounds} rounds x 2 sides x ({e.start_s:.0f} s start + "
@@ -165,7 +165,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     too_long = refuse_plan(estimates, args.job_limit_min * 60, args.build_estimate_s, args.rounds)
     if too_long:
         err.print(f"[red]refused[/]: {too_long}")
-        return EXIT_ERROR
+        return Exit.USAGE
     if args.dry_run:
         # The plan fits; say exactly what the candidate build would run (refs resolved), and stop.
         for line in dry_run_commands(parse_build(args.candidate_build)):

@@ -1,6 +1,6 @@
 """`search baseline save`, `search regress`, `search ab`: baselines, the regression gate, A/B with claims.
 
-Exit codes (regress, and ab): 0 pass, 1 regression (or a contradicted claim), 2 inconclusive or error.
+Exit codes: search/exit_codes.py (0 pass, 1 regression or a contradicted claim, 3 inconclusive, 7 a start failed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from harness.builds.builds import build_kwargs, describe, option_build, stamp
 from harness.host.fingerprint import material_differences
 from harness.session import LaunchFailed
+from search.exit_codes import Exit
 from search.regress.ab import (
     ABRun,
     SequentialPlan,
@@ -125,7 +126,7 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
                                  src.space.m.quality.suite, _progress(args.quiet))
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
-            return EXIT_INCONCLUSIVE
+            return Exit.FAILED
         stamp(side.fingerprint, build)
         baseline = Baseline(name=args.name, config=pin(raw_space_doc(args.source), src.config.as_params()),
                             params=src.config.as_params(),
@@ -274,7 +275,7 @@ def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dic
     else:
         print(report.markdown())
     if run.interrupted:  # the partial report is written; the exit says how the run ended
-        return 143 if run.interrupted == "terminated" else 130
+        return Exit.TERMINATED if run.interrupted == "terminated" else Exit.INTERRUPTED
     return report.exit_code()
 
 

@@ -12,6 +12,7 @@ import optuna
 
 from harness.launch.reaper import Terminated, stop_all
 from search.commands.show import print_study
+from search.exit_codes import Exit
 from search.space.space import Config, load_space
 from search.store.results import TrialRecord
 from search.store.storage import default_storage, storage_for
@@ -103,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             err.print(f"[red]preflight[/]: {safe(line)}")
         if problems:
             err.print(f"preflight: {len(problems)} problem(s); nothing was started")
-            return 2
+            return Exit.USAGE
         if args.preflight:
             console.print("preflight: every image, checkpoint path and flag name is fine")
             return 0
@@ -133,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         stop_all()
         err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
                   "run the same command again to resume")
-        return 143 if isinstance(exc, Terminated) else 130  # the shell's codes for SIGTERM / SIGINT
+        return Exit.TERMINATED if isinstance(exc, Terminated) else Exit.INTERRUPTED
     if space.m.confirm.top_k and not args.no_confirm and not runner.confirmation_fits():
         reporter.note("no confirmation: the time budget has no room for it (run `search confirm` later)")
     elif space.m.confirm.top_k and not args.no_confirm:
@@ -152,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "starts": runner.starts, "starts_saved": runner.starts_saved}, default=str))
     else:
         print_study(view, runner.starts, runner.starts_saved)
-    return 0 if view.best() else 1
+    return Exit.PASS if view.best() else Exit.REGRESSION
 
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from search.exit_codes import Exit
 from search.regress.claims import ClaimResult, ClaimVerdict
 from search.verdicts.gate import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, MetricVerdict
 
@@ -69,7 +70,8 @@ class GateReport:
         if self.claims and not self.errors:
             return {"contradicted": EXIT_REGRESSION, "undecided": EXIT_INCONCLUSIVE}.get(
                 self.claims_outcome or "", EXIT_PASS)
-        return {"pass": EXIT_PASS, "regression": EXIT_REGRESSION}.get(self.outcome, EXIT_INCONCLUSIVE)
+        return {"pass": EXIT_PASS, "regression": EXIT_REGRESSION, "error": Exit.FAILED}.get(self.outcome,
+                                                                                        EXIT_INCONCLUSIVE)
 
     def headline(self) -> str:
         """The outcome that sets the exit code first, the gate's result beside it: a CI reader who sees

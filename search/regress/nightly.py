@@ -29,11 +29,14 @@ from typing import Any
 
 from harness.builds.builds import BuildSpec
 from harness.engines import EngineSettings
+from search.exit_codes import Exit
 
 OUTCOMES = ("pass", "drift", "regression", "start-failed", "build-failed", "error", "inconclusive", "nothing-new",
             "no-candidate")
-EXIT_CODES = {"pass": 0, "drift": 0, "regression": 1, "start-failed": 2, "build-failed": 2, "error": 2,
-              "inconclusive": 3, "nothing-new": 4, "no-candidate": 5}
+# Each outcome's code in the one table of every command (search/exit_codes.py).
+EXIT_CODES = {"pass": Exit.PASS, "drift": Exit.PASS, "regression": Exit.REGRESSION, "start-failed": Exit.FAILED,
+              "build-failed": Exit.FAILED, "error": Exit.FAILED, "inconclusive": Exit.INCONCLUSIVE,
+              "nothing-new": Exit.NOTHING_NEW, "no-candidate": Exit.NO_CANDIDATE}
 # Outcomes a user may accept by name (--allow): never a regression, and pass/drift need no permission.
 ALLOWABLE = ("start-failed", "build-failed", "error", "inconclusive", "nothing-new", "no-candidate")
 # The job's exit code is that of the most severe outcome left after --allow, in this order.

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness.measure.metric_registry import direction_of
+from search.exit_codes import Exit
 
 Verdict = Literal["regressed", "improved", "unchanged", "inconclusive"]
 Direction = Literal["higher", "lower"]
@@ -37,7 +38,8 @@ DEFAULT_ALPHA = 0.02  # two-sided: at most 1% false "regressed" calls under A/A
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.95
 
-EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE = 0, 1, 2
+# The shared table (search/exit_codes.py), named here for the gate's callers.
+EXIT_PASS, EXIT_REGRESSION, EXIT_INCONCLUSIVE = Exit.PASS, Exit.REGRESSION, Exit.INCONCLUSIVE
 Samples = Sequence[float] | np.ndarray  # raw values of one side
 
 

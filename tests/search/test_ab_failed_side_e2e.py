@@ -43,7 +43,7 @@ def test_a_side_that_fails_to_start_is_reported_as_failed(tmp_path: Path, capsys
     code = main(["ab", str(_space(tmp_path)), "--b-set", "cache_type_k=q9_0", "--rounds", "2",
                  "--claim", "+10% tok/s", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
-    assert code == 2 and report["exit_code"] == 2
+    assert code == 7 and report["exit_code"] == 7  # failed to measure (search/exit_codes.py)
     [failed] = report["failed_sides"]
     assert failed["side"] == "B" and failed["round"] == 1
     assert failed["cause"] == "bad_flag", failed

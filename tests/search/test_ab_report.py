@@ -15,11 +15,12 @@ import numpy as np
 
 from harness.engines.llamacpp import LlamaCppEngine
 from harness.session import LaunchFailed
+from search.exit_codes import Exit
 from search.regress.ab import ABRun, SideResult, deciding_line, report_from_run
 from search.regress.claims import judge_claim, parse_claim
 from search.regress.explain import explain_claim, startup_differences
 from search.regress.gate_report import GateReport
-from search.verdicts.gate import EXIT_INCONCLUSIVE, EXIT_PASS, EXIT_REGRESSION, compare
+from search.verdicts.gate import EXIT_PASS, EXIT_REGRESSION, compare
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FINGERPRINT = {"cpu_model": "AMD EPYC", "cpu_count": 2, "engine": "llamacpp", "engine_version": "b1-1652066"}
@@ -105,10 +106,10 @@ def test_a_failed_side_is_reported_as_failed_with_command_cause_and_line() -> No
     assert report.label_b == "llama-server -m x.gguf --cache-type-k q4_0"
     md = report.markdown()
     first = md.splitlines()[0]
-    assert "B (bad_flag) FAILED TO START" in first and f"exit {EXIT_INCONCLUSIVE}" in first
+    assert "B (bad_flag) FAILED TO START" in first and f"exit {Exit.FAILED}" in first
     assert "cpu_model" not in md and "does not divide n_embd_head_k=80" in md
     assert "- command: `llama-server -m x.gguf --cache-type-k q4_0`" in md
-    assert report.exit_code() == EXIT_INCONCLUSIVE
+    assert report.exit_code() == Exit.FAILED
     assert report.to_dict()["failed_sides"][0]["cause"] == "bad_flag"
 
 

@@ -8,6 +8,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
+from search.exit_codes import Exit
 from search.regress.claims import judge_claim, parse_claim
 from search.regress.gate_report import GateReport
 from search.verdicts.gate import (
@@ -166,7 +167,7 @@ def test_exit_codes_follow_gated_verdicts_and_quality() -> None:
     assert _report(75 * 1.2, quality_b=0.5).exit_code() == EXIT_INCONCLUSIVE
     broken = _report(75 * 1.2)
     broken.errors.append("B did not start")
-    assert broken.exit_code() == EXIT_INCONCLUSIVE and broken.outcome == "error"
+    assert broken.exit_code() == Exit.FAILED and broken.outcome == "error"
 
 
 def test_markdown_and_junit() -> None:

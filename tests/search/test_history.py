@@ -85,4 +85,4 @@ def test_history_command_prints_flags_a_drift_and_exports(tmp_path: Path, capsys
     out = capsys.readouterr().out
     assert code == 1 and "DRIFT" in out and "change points at run(s) 8" in out
     assert len(pd.read_csv(tmp_path / "h.csv")) == 16 and (tmp_path / "h.png").stat().st_size > 0
-    assert main(["history", "no-such-baseline", "--dir", str(tmp_path)]) == 2
+    assert main(["history", "no-such-baseline", "--dir", str(tmp_path)]) == 6  # no history yet

@@ -129,7 +129,7 @@ def test_every_outcome_from_a_report_and_its_exit_code() -> None:
     results["no-candidate"] = Result("x", "no-candidate", "image x:nightly: not found")
     results["build-failed"] = Result("x", "build-failed", "pip said no")
     assert set(results) == set(OUTCOMES)
-    expected = {"pass": 0, "drift": 0, "regression": 1, "start-failed": 2, "build-failed": 2, "error": 2,
+    expected = {"pass": 0, "drift": 0, "regression": 1, "start-failed": 7, "build-failed": 7, "error": 7,
                 "inconclusive": 3, "nothing-new": 4, "no-candidate": 5}
     for outcome, result in results.items():
         code, lines = summarize([result])
@@ -137,11 +137,11 @@ def test_every_outcome_from_a_report_and_its_exit_code() -> None:
         assert lines == [f"x: {outcome.upper()}: {result.detail}"]
     # The worst outcome decides; an allowed one is said, and does not fail the job.
     assert summarize([passed, noisy, slower])[0] == 1
-    assert summarize([passed, results["nothing-new"], start])[0] == 2
+    assert summarize([passed, results["nothing-new"], start])[0] == 7
     code, lines = summarize([passed, results["nothing-new"]], {"nothing-new"})
     assert code == 0 and "(allowed by --allow)" in lines[1]
     assert summarize([noisy], {"nothing-new"})[0] == 3  # allowing one outcome allows no other
-    assert summarize([])[0] == 2  # nothing checked is no pass
+    assert summarize([])[0] == 7  # nothing checked is no pass
     with pytest.raises(ValueError, match="only"):
         summarize([slower], {"regression"})
 
@@ -250,7 +250,7 @@ def test_a_missing_candidate_and_a_cpu_torch_are_their_own_red_outcomes(
     if not host_fingerprint().get("gpu_count"):  # this machine: --require-gpu fails before anything
         code = main(["nightly", "--candidate-build", f"command:{sys.executable}", "--baselines",
                      str(tmp_path / "b"), "--out", str(tmp_path / "r0"), "--require-gpu"])
-        assert code == 2 and "no GPU is visible" in " ".join(capsys.readouterr().err.split())
+        assert code == 7 and "no GPU is visible" in " ".join(capsys.readouterr().err.split())
         assert not (tmp_path / "r0").exists()
     code = main(["nightly", "--candidate-build", f"x @ git+file://{repo}@refs/pull/9/head", "--baselines",
                  str(tmp_path / "b"), "--out", str(tmp_path / "r")])

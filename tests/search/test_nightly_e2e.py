@@ -104,7 +104,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     # A candidate that does not start fails the job, naming the side and the engine's line.
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{server} --cache-type-k q9_0", NIGHTLY_ARGS=keep)
     result = night["results"][0]
-    assert code == 2 and result["outcome"] == "start-failed" and "::error::a build or a server start failed" in out
+    assert code == 7 and result["outcome"] == "start-failed" and "::error::a build or a server start failed" in out
     assert "candidate (B)" in result["detail"] and not (work / "reports" / "promoted").exists(), out[-3000:]
 
     # Unsettled: rounds past the first look up to the cap, then red and not promoted.
