@@ -23,10 +23,11 @@ from harness.engines.base import (
 )
 from harness.launch.spec import LaunchSpec
 
-# space param -> SGLang flag where the spelling is not simply --param-with-dashes
+# space param -> SGLang flag where the spelling is not simply --param-with-dashes. The speculative
+# params are spelled by _speculative_flags: `speculative_method` -> --speculative-algorithm (mtp ->
+# NEXTN), vLLM's `num_speculative_tokens` -> --speculative-num-steps (an EAGLE/NEXTN chain of N steps
+# at top-1 drafts N tokens and verifies N + 1, as vLLM's MTP drafts N).
 FLAGS: dict[str, str] = {
-    "speculative_method": "--speculative-algorithm",  # EAGLE | EAGLE3 | NEXTN (MTP) | NGRAM ...
-    "num_speculative_tokens": "--speculative-num-draft-tokens",
     "tp": "--tp-size",
     "max_model_len": "--context-length",  # vLLM's name, accepted for spaces shared between engines
     "gpu_memory_utilization": "--mem-fraction-static",
@@ -147,21 +148,54 @@ class SglangEngine(Engine):
         return []
 
 
+    def param_for_flag(self, flag: str, flags: Mapping[str, Any]) -> str | None:
+        wanted = flag.split("=", 1)[0].strip()
+        steps = "speculative_num_steps" if "speculative_num_steps" in flags else "num_speculative_tokens"
+        mapped = {"--speculative-algorithm": "speculative_method", "--speculative-num-steps": steps,
+                  **{f: name for name, f in FLAGS.items()}, **{f: name for name, f in _OFF_SWITCH.items()}}
+        if mapped.get(wanted) in flags:
+            return mapped[wanted]
+        return super().param_for_flag(flag, flags)
+
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # SGLang's OpenAI server passes chat_template_kwargs to the template, as vLLM does.
         return {"chat_template_kwargs": {"enable_thinking": on}}
 
 
+_SPEC_KEYS = ("speculative_method", "num_speculative_tokens", "speculative_num_steps", "speculative_eagle_topk",
+              "speculative_num_draft_tokens")
+
+
+def _speculative_flags(rest: dict[str, Any]) -> list[str]:
+    """Pops the speculative keys; returns the flags SGLang honours for them ([] when off).
+
+    SGLang's server_args sets --speculative-num-draft-tokens to steps + 1 whenever
+    --speculative-eagle-topk is 1 (a warning, "speculative_num_draft_tokens is adjusted to
+    speculative_num_steps + 1 when speculative_eagle_topk == 1"), so at top-1 only the steps change
+    anything and the draft count is left out; it is passed only where topk > 1. The steps are
+    `speculative_num_steps` (SGLang's name, first) or `num_speculative_tokens` (vLLM's); 0 of either,
+    or a method none/off, is no speculation at all: no speculative flag on the command line. topk is
+    always passed with the steps: SGLang compares it with 1 and crashes on an unset one.
+    """
+    values = {k: rest.pop(k) for k in _SPEC_KEYS if k in rest}
+    method = values.get("speculative_method")
+    named = values.get("speculative_num_steps")
+    steps = int((values.get("num_speculative_tokens") if named is None else named) or 0)
+    if method in (None, "none", "off") or not steps:
+        return []
+    algorithm = "NEXTN" if str(method).lower() == "mtp" else str(method)  # SGLang's name for a model's MTP head
+    topk = int(values.get("speculative_eagle_topk") or 1)
+    argv = ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk)]
+    draft_tokens = values.get("speculative_num_draft_tokens")
+    if topk > 1 and draft_tokens is not None:
+        argv += ["--speculative-num-draft-tokens", str(int(draft_tokens))]
+    return argv
+
+
 def sglang_flags(flags: Mapping[str, Any]) -> list[str]:
     rest = dict(flags)
-    argv: list[str] = []
-    method = rest.get("speculative_method")
-    if method in (None, "none", "off") or not int(rest.get("num_speculative_tokens") or 1):
-        for key in ("speculative_method", "num_speculative_tokens", "speculative_num_steps",
-                    "speculative_eagle_topk"):
-            rest.pop(key, None)
-    elif str(method).lower() == "mtp":
-        rest["speculative_method"] = "NEXTN"  # SGLang's name for a model's own MTP head
+    argv = _speculative_flags(rest)
     for key, switch in _OFF_SWITCH.items():
         if key in rest and rest.pop(key) is False:
             argv.append(switch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -226,6 +227,23 @@ class VllmEngine(Engine):
             info.facts.update(spec_mean_acceptance_length=mean, spec_per_position_acceptance=per_position,
                               spec_draft_acceptance_pct=pct)
         return info
+
+    def kv_sequences(self, startup: StartupInfo, context_tokens: int) -> float | None:
+        """Sequences of `context_tokens` the KV cache holds, from vLLM's own "Maximum concurrency for
+        R tokens per request: Cx" where the log has it: that figure counts every KV cache group's
+        blocks a request needs (v1/core/kv_cache_utils.py), where the "KV cache size: N tokens" line
+        of older releases is one group's tokens and, for a hybrid (Gated DeltaNet + attention) model,
+        far off (a Qwen3.5-122B log: 595,584 tokens, but 12.89x at 131,072). For a context other than
+        R the figure is scaled by R / context: exact for the attention groups, while a hybrid's fixed
+        per-request state makes it somewhat high below R; a context over R (vLLM's max_model_len) fits
+        no sequence. Without the line: the token count's whole sequences, as for any paged cache."""
+        request = startup.facts.get("max_concurrency_request_tokens")
+        if not startup.max_concurrency or not request or context_tokens <= 0:
+            return super().kv_sequences(startup, context_tokens)
+        request_tokens = int(_num(request))
+        if context_tokens > request_tokens:
+            return 0.0
+        return float(math.floor(startup.max_concurrency * request_tokens / context_tokens + 1e-9))
 
     def expected_features(self, flags: Mapping[str, Any]) -> list[FeatureExpectation]:
         out = []

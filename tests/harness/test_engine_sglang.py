@@ -31,12 +31,12 @@ def test_launch_command_uses_sglang_spelling_and_enables_metrics() -> None:
 
 
 def test_shared_names_and_speculative_flags() -> None:
-    argv = sglang_flags({"speculative_method": "mtp", "num_speculative_tokens": 3, "speculative_num_steps": 2,
+    argv = sglang_flags({"speculative_method": "mtp", "num_speculative_tokens": 3,
                          "gpu_memory_utilization": 0.9, "max_model_len": 131072, "max_num_seqs": 4,
                          "enable_prefix_caching": False, "cuda_graph": True, "json_arg": {"a": 1}})
     assert "--disable-radix-cache" in argv
     text = " ".join(argv)
-    for part in ("--speculative-algorithm NEXTN", "--speculative-num-draft-tokens 3", "--speculative-num-steps 2",
+    for part in ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1",
                  "--mem-fraction-static 0.9", "--context-length 131072", "--max-running-requests 4",
                  '--json-arg {"a":1}'):
         assert part in text
@@ -44,6 +44,29 @@ def test_shared_names_and_speculative_flags() -> None:
     off = sglang_flags({"speculative_method": "none", "num_speculative_tokens": 3, "speculative_num_steps": 2,
                         "enable_prefix_caching": True, "cuda_graph": False})
     assert off == ["--disable-cuda-graph"]
+
+
+def test_speculative_flags_are_the_ones_sglang_honours() -> None:
+    """At topk 1 SGLang sets the draft count to steps + 1 itself: a draft count is left out there,
+    passed where topk > 1; SGLang's own steps name wins over vLLM's; 0 of either is no speculation."""
+    top1 = sglang_flags({"speculative_method": "mtp", "speculative_num_steps": 2, "num_speculative_tokens": 5,
+                         "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 7})
+    assert top1 == ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk",
+                    "1"]
+    tree = sglang_flags({"speculative_method": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 4,
+                         "speculative_num_draft_tokens": 8})
+    assert tree == ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk",
+                    "4", "--speculative-num-draft-tokens", "8"]
+    for zero in ({"num_speculative_tokens": 0}, {"speculative_num_steps": 0, "num_speculative_tokens": 2}):
+        argv = sglang_flags({"speculative_method": "mtp", "speculative_eagle_topk": 1, **zero})
+        assert not any(a.startswith("--speculative") for a in argv), argv
+
+
+def test_a_rejected_speculative_flag_names_its_param() -> None:
+    engine = SglangEngine()
+    assert engine.param_for_flag("--speculative-num-steps", {"num_speculative_tokens": 2}) == "num_speculative_tokens"
+    assert engine.param_for_flag("--context-length", {"max_model_len": 8}) == "max_model_len"
+    assert engine.param_for_flag("--disable-radix-cache", {"enable_prefix_caching": False}) == "enable_prefix_caching"
 
 
 def test_parse_startup_of_recorded_text() -> None:

@@ -84,8 +84,20 @@ def test_parse_vllms_documented_gpu_lines() -> None:
                              "graph_capture": 15.0, "engine_init": 61.93}
     assert info.backends == {"moe": "FLASHINFER_CUTLASS", "attention": "FLASHINFER", "gdn": "Triton/FLA"}
     assert "MARLIN" in info.facts["moe_candidates"]
-    assert info.kv_cache_tokens == 1_689_984 and info.max_concurrency == 12.89
+    assert info.kv_cache_tokens == 595_584 and info.max_concurrency == 12.89
     assert info.facts["mamba_cache_mode"] == "align" and info.facts["available_kv_cache"] == "21.48 GiB"
+
+
+def test_kv_sequences_come_from_vllms_group_aware_concurrency_line() -> None:
+    """The documents' hybrid-model log: 595,584 KV tokens (one group's view: 4 sequences of 131,072)
+    but "Maximum concurrency for 131,072 tokens per request: 12.89x" (every group counted)."""
+    engine = VllmEngine()
+    info = engine.parse_startup((DATA / "vllm_gpu_documented.log").read_text())
+    assert engine.kv_sequences(info, 131072) == 12.0  # not 595,584 // 131,072 = 4
+    assert engine.kv_sequences(info, 65536) == 25.0  # 12.89 x 2, scaled to the shorter context
+    assert engine.kv_sequences(info, 262144) == 0.0  # longer than the server's max_model_len: none fits
+    info.max_concurrency, info.facts = None, {}  # a log without the line: the token count
+    assert engine.kv_sequences(info, 131072) == 4.0
 
 
 def test_a_real_max_model_len_failure() -> None:

@@ -79,8 +79,11 @@ DOCUMENTED = [
     Documented("14 tok/s: NVFP4 with Marlin forced", "vllm", "sehyo-nvfp4", {"moe_backend": "marlin"},
                ("--moe-backend", "marlin")),
     Documented("SGLang with MTP (NEXTN) on a checkpoint with MTP weights", "sglang", "sehyo-nvfp4",
-               {"num_speculative_tokens": 2}, ("--speculative-algorithm", "NEXTN", "--speculative-num-draft-tokens",
-                                               "2")),
+               {"num_speculative_tokens": 2}, ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+                                               "--speculative-eagle-topk", "1"), ("--speculative-num-draft-tokens",)),
+    Documented("SGLang with MTP 0: no speculation at all", "sglang", "sehyo-nvfp4", {"num_speculative_tokens": 0}, (),
+               ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+                "--speculative-num-draft-tokens")),
     Documented("SGLang on txn545 (states SGLang support; no MTP weights)", "sglang", "txn545-nvfp4", {}, (),
                ("--speculative-algorithm",)),
 ]
