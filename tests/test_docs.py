@@ -1,6 +1,7 @@
 """The reference docs name only what exists: every repository path in README.md and docs/*.md is
 there, every `python -m MODULE` is importable, and every `search ...` command they show parses with
-the real command line parser (search/cli.py: build_parser).
+the real command line parser (search/cli.py: build_parser). And they are reference: no line holds a
+date (YYYY-MM-DD) or a UTC hour, except in a link to a dated lab note.
 
 What counts (docs/lab-notes/ is left out: a lab note records what existed on its day):
 - a path: a word that starts with one of the repository's top folders (`search/`, `harness/`,
@@ -185,6 +186,22 @@ def importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # a parent package is missing
         return False
+
+
+DATE_RE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\bUTC\b")
+LAB_NOTE_RE = re.compile(r"lab-notes/[\w.-]+")
+
+
+def test_the_reference_pages_hold_no_dated_measurement() -> None:
+    """Reference says how the tool works now; a measurement with its date or hour is a record and
+    goes to docs/lab-notes/ (a link to a dated note is fine)."""
+    dated = []
+    for path in reference_pages():
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if DATE_RE.search(LAB_NOTE_RE.sub("", line)):
+                dated.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not dated, ("dated lines in README.md or docs/*.md (move the measurement to docs/lab-notes/ and "
+                       "state its conclusion here):\n" + "\n".join(dated))
 
 
 class ParseError(Exception):
