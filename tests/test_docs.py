@@ -316,3 +316,15 @@ def test_the_check_fails_on_a_removed_option_or_subcommand() -> None:
     assert parse(["run", "spaces/smollm2-cpu.yaml", "--dry-run", "many"], fragment=False) is not None
     assert not exists(ROOT / "search/no_such_module.py") and is_pattern("spaces/X.yaml")
     assert not is_pattern("docs/lab-notes/README.md")
+
+
+def test_the_readme_space_in_ten_lines_loads(tmp_path: Path) -> None:
+    """README's ten-line space is a valid space file (validated as `search run` validates it)."""
+    from search.space.space import load_space
+
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks, "README.md shows no yaml space"
+    path = tmp_path / "space.yaml"
+    path.write_text(blocks[0])
+    space = load_space(path)
+    assert space.name == "llama-threads" and len(blocks[0].strip().splitlines()) <= 10
