@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_all()
         err.print("[yellow]terminated[/]: servers stopped; finished trials are stored")
         return Exit.TERMINATED
+    except KeyboardInterrupt:  # a command without its own Ctrl-C line: one line, never a traceback
+        stop_all()
+        err.print("[yellow]interrupted[/]: servers stopped; what finished is stored")
+        return Exit.INTERRUPTED
 
 
 if __name__ == "__main__":

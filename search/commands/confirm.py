@@ -14,6 +14,7 @@ from typing import Any
 
 import optuna
 
+from harness.launch.reaper import Terminated, stop_all
 from search.confirm.confirm import (
     CONFIRM_ATTR,
     STABILITY_ATTR,
@@ -21,13 +22,16 @@ from search.confirm.confirm import (
     Progress,
     candidates,
     continuable,
+    resumable,
     run_confirmation,
     run_stability_check,
 )
+from search.exit_codes import Exit
 from search.space.space import Space, load_space
 from search.store.results import ResultsError, TrialRecord, TrialState
 from search.store.storage import storage_for
 from search.store.summary import StudyView, load_view
+from search.terminal import err, safe
 from search.terminal import out as console
 from search.verdicts.sequential import MIN_STARTS
 
@@ -42,8 +46,16 @@ def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: i
     if default is None or default.state != TrialState.COMPLETE:
         return None
     objective = space.m.objectives[0]
-    earlier = stored_confirmation(study) if more_rounds else None
-    if more_rounds:
+    stored = stored_confirmation(study)
+    earlier = stored if more_rounds else None
+    if not more_rounds and resumable(stored) and stored is not None and stored.get("metric") == objective.metric:
+        # A confirmation killed or interrupted after some rounds: those rounds are kept, its plan goes on.
+        earlier = stored
+        numbers = {int(a["number"]) for a in stored["arms"]}
+        tops = [r for r in view.records if r.number in numbers and r.number != default.number]
+        progress(f"resuming the interrupted confirmation: {stored['rounds']} of at most "
+                 f"{stored['plan']['max_rounds']} rounds are stored")
+    elif more_rounds:
         if why := continuable(earlier, objective.metric):
             raise ResultsError(f"cannot continue the confirmation: {why}")
         assert earlier is not None
@@ -55,17 +67,30 @@ def confirm_study(study: optuna.Study, space: Space, results_dir: Path, top_k: i
     # A fixed plan is a single look: its threshold is the whole false-alarm budget, so its interval is
     # narrower than a sequential plan's after as many rounds (that plan pays for stopping early).
     min_rounds = fixed_rounds or MIN_STARTS
+
+    def store(result: Confirmation) -> None:
+        # The answer's suggested command names this study, ready to paste.
+        result.answer = result.answer.replace("search confirm STUDY", f"search confirm {study.study_name}")
+        study.set_user_attr(CONFIRM_ATTR, result.to_dict())
+
+    # Stored after every round too (`save`): a confirmation killed after two rounds resumes from those two.
     result = run_confirmation(space, default, tops, results_dir / "confirm", min_rounds=min_rounds,
-                              max_rounds=fixed_rounds or max_rounds, progress=progress, earlier=earlier)
-    # The answer's suggested command names this study, ready to paste.
-    result.answer = result.answer.replace("search confirm STUDY", f"search confirm {study.study_name}")
-    study.set_user_attr(CONFIRM_ATTR, result.to_dict())
+                              max_rounds=fixed_rounds or max_rounds, progress=progress, earlier=earlier, save=store)
+    store(result)
     return result
 
 
 def stored_confirmation(study: optuna.Study) -> dict[str, Any] | None:
     data = study.user_attrs.get(CONFIRM_ATTR)
     return data if isinstance(data, dict) else None
+
+
+def interrupted_line(study: optuna.Study) -> str:
+    """The one line a Ctrl-C (or SIGTERM) during a confirmation ends with."""
+    stored = stored_confirmation(study) or {}
+    rounds = int(stored.get("rounds", 0)) if resumable(stored) else 0
+    return (f"[yellow]interrupted[/]: servers stopped; {rounds} finished confirmation round(s) are stored; "
+            f"`search confirm {safe(study.study_name)}` resumes them")
 
 
 def confirmed_line(view: StudyView, study: optuna.Study) -> str:
@@ -117,7 +142,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         confirm = space.m.confirm
         top = confirm.top_k if args.top is None else args.top
         max_rounds = confirm.max_rounds if args.max_rounds is None else args.max_rounds
-        result = confirm_study(study, space, results_dir, top, max_rounds, progress, args.more_rounds, args.rounds)
+        try:
+            result = confirm_study(study, space, results_dir, top, max_rounds, progress, args.more_rounds,
+                                   args.rounds)
+        except KeyboardInterrupt as exc:
+            stop_all()
+            err.print(interrupted_line(study))
+            return Exit.TERMINATED if isinstance(exc, Terminated) else Exit.INTERRUPTED
         if result is None:
             raise ResultsError("the study has no completed default trial to confirm against")
         console.print(result.answer)

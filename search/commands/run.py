@@ -13,7 +13,7 @@ import optuna
 from harness.launch.reaper import Terminated, stop_all
 from search.commands.show import print_study
 from search.exit_codes import Exit
-from search.space.space import Config, load_space
+from search.space.space import Config, Space, load_space
 from search.store.results import TrialRecord
 from search.store.storage import default_storage, storage_for
 from search.store.summary import load_view
@@ -87,6 +87,22 @@ class ConsoleReporter:
             console.print(safe(text))
 
 
+def confirm_after(runner: StudyRunner, space: Space, results_dir: Path, reporter: ConsoleReporter,
+                  no_confirm: bool) -> None:
+    """The confirmation at the end of a run (stored round by round: a resumed run resumes it)."""
+    if space.m.confirm.top_k and not no_confirm and not runner.confirmation_fits():
+        reporter.note("no confirmation: the time budget has no room for it (run `search confirm` later)")
+    elif space.m.confirm.top_k and not no_confirm:
+        from search.commands.confirm import confirm_study
+
+        reporter.note(f"confirming: the top {space.m.confirm.top_k} config(s) and the default, fresh starts, "
+                      "interleaved")
+        confirmation = confirm_study(runner.study, space, results_dir, space.m.confirm.top_k,
+                                     space.m.confirm.max_rounds, reporter.phase)
+        if confirmation is not None:
+            reporter.note(f"verdict: {confirmation.answer}")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     if args.dry_run is not None:
@@ -131,22 +147,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
     try:
         runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
+        confirm_after(runner, space, results_dir, reporter, args.no_confirm)
     except KeyboardInterrupt as exc:
         stop_all()
-        err.print("[yellow]interrupted[/]: servers stopped; finished trials are stored; "
+        err.print("[yellow]interrupted[/]: servers stopped; finished trials and confirmation rounds are stored; "
                   "run the same command again to resume")
         return Exit.TERMINATED if isinstance(exc, Terminated) else Exit.INTERRUPTED
-    if space.m.confirm.top_k and not args.no_confirm and not runner.confirmation_fits():
-        reporter.note("no confirmation: the time budget has no room for it (run `search confirm` later)")
-    elif space.m.confirm.top_k and not args.no_confirm:
-        from search.commands.confirm import confirm_study
-
-        reporter.note(f"confirming: the top {space.m.confirm.top_k} config(s) and the default, fresh starts, "
-                      "interleaved")
-        confirmation = confirm_study(runner.study, space, results_dir, space.m.confirm.top_k,
-                                     space.m.confirm.max_rounds, reporter.phase)
-        if confirmation is not None:
-            reporter.note(f"verdict: {confirmation.answer}")
     view = load_view(runner.study)
     if args.json:
         best = view.best()

@@ -88,6 +88,10 @@ class Confirmation:
     controls: list[dict[str, Any]] = field(default_factory=list)  # per positive control: its overrides, detected
     continued_from: int = 0  # rounds of an earlier stored confirmation this one continued (0: none)
     stages: int = 1  # confirmations in the chain: each spent the study's alpha again
+    # False while its plan is under way: stored after every finished round, so that a killed or
+    # interrupted confirmation resumes from the rounds it measured (`resumable`).
+    complete: bool = True
+    plan: dict[str, Any] = field(default_factory=dict)  # min_rounds, max_rounds, looks: what a resume continues
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,7 +107,8 @@ def candidates(records: list[TrialRecord], baseline: int | None, direction: str,
 
 def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord], work_dir: Path,
                      min_rounds: int = MIN_STARTS, max_rounds: int = 6, min_effect: float = 0.03,
-                     progress: Progress = _quiet, earlier: dict[str, Any] | None = None) -> Confirmation:
+                     progress: Progress = _quiet, earlier: dict[str, Any] | None = None,
+                     save: Callable[[Confirmation], None] | None = None) -> Confirmation:
     """Re-measure `tops`, the space's positive controls and `default` with fresh starts,
     round-robin, until every comparison is settled or max_rounds. With `earlier` (a stored
     confirmation, `continuable`), continue its arms and rounds up to max_rounds in all instead.
@@ -113,7 +118,12 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     alpha). The new looks (rounds done + 1 .. max_rounds, on all rounds so far) get their own Pocock
     threshold at alpha, simulated for exactly that plan, and the answer says that over its stages the
     chance of a false call is at most stages x alpha. Continuing costs the same alpha as a new
-    confirmation and saves its rounds."""
+    confirmation and saves its rounds.
+
+    `save` gets the confirmation so far (`complete` False) after every finished round and, on
+    Ctrl-C or SIGTERM, the rounds finished before it (the round under way is dropped: its arms
+    cannot be paired), before the interrupt goes on. An `earlier` that is not `complete` is resumed
+    instead of continued: the same stage and plan (its looks), from its stored rounds."""
     objective = space.m.objectives[0]
     if not tops and not space.m.confirm.controls and not earlier:  # no claim and no power check: all wasted
         answer, _ = _answer([], {}, False, objective.direction)
@@ -122,55 +132,84 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                             winner=None)
     arms = _arms(space, default, tops) if earlier is None else [Arm(**a) for a in earlier["arms"]]
     done = int(earlier["rounds"]) if earlier else 0
-    looks = tuple(range(max(min_rounds, done + 1), max_rounds + 1))
+    resume = earlier is not None and not earlier.get("complete", True)
+    if resume and earlier is not None:  # the interrupted stage goes on with its own plan
+        plan = earlier["plan"]
+        min_rounds, max_rounds, looks = int(plan["min_rounds"]), int(plan["max_rounds"]), tuple(plan["looks"])
+        continued_from, stages = int(earlier.get("continued_from", 0)), int(earlier.get("stages", 1))
+    else:
+        looks = tuple(range(max(min_rounds, done + 1), max_rounds + 1))
+        continued_from, stages = done, int(earlier.get("stages", 1)) + 1 if earlier else 1
+    plan = {"min_rounds": min_rounds, "max_rounds": max_rounds, "looks": list(looks)}
+    earlier_wall = float(earlier["wall_s"]) if earlier else 0.0
+    earlier_load = list(earlier["load"]) if earlier else []
     loads: list[LoadWindow] = []
     verdicts: dict[str, MetricVerdict] = {}
     started = time.monotonic()
-    rounds = done
+    rounds, kept_loads = done, 0
     steps = value_steps(space)
+
+    def result(complete: bool) -> Confirmation:
+        # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
+        windows = [*earlier_load, *(w.to_dict() for w in loads)]
+        contended = _contended(windows)
+        controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
+                    for a in arms if a.control]
+        if complete:
+            answer, winner = _answer(arms, verdicts, contended, objective.direction)
+            answer += _past_end_caution(tops, winner, objective.metric)
+            if continued_from:
+                answer += (f" (continued from {continued_from} stored rounds: over its {stages} stages the chance "
+                           f"of a false call is at most {100 * stages * DEFAULT_ALPHA:.0f}%, not "
+                           f"{100 * DEFAULT_ALPHA:.0f}%)")
+            if note := host_speed_note([float(w["probe_ms"]) for w in windows]):
+                answer += f" ({note})"
+        else:
+            answer, winner = (f"not confirmed yet: {rounds} of at most {max_rounds} rounds measured and stored "
+                              "(`search confirm STUDY` resumes them)"), None
+        wall = round(time.monotonic() - started + earlier_wall, 1)
+        return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
+                            rounds=rounds, wall_s=wall, arms=[asdict(a) for a in arms],
+                            verdicts={k: v.to_dict() for k, v in verdicts.items()},
+                            load=windows,
+                            contended=contended, answer=answer, winner=winner, controls=controls,
+                            continued_from=continued_from, stages=stages, complete=complete, plan=plan)
+
     with Session(progress, keep_server=False) as session:
-        for rnd in range(done, max_rounds):
-            order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
-            failed = False
-            # Rounds take alike (the same arms start each round): the mean so far times the rounds left.
-            per_round = (time.monotonic() - started) / (rnd - done) if rnd > done else 0.0
-            left = f" (at most about {per_round * (max_rounds - rnd) / 60:.0f} min left)" if per_round else ""
-            for arm in (order if rnd % 2 == 0 else order[::-1]):
-                progress(f"confirmation round {rnd + 1}/{max_rounds}{left}: {arm.label}")
-                meter = LoadMeter().start()
-                arm.runs.append(_measure(session, space, arm, work_dir / f"r{rnd:02d}-{arm.label}"))
-                loads.append(meter.stop())
-                # An arm that failed to start or measure leaves nothing to compare this round: the other
-                # arms' starts (12 minutes each for a large model) would be wasted.
-                failed = not arm.runs[-1]
+        try:
+            for rnd in range(done, max_rounds):
+                order = arms[rnd % len(arms):] + arms[:rnd % len(arms)]
+                failed = False
+                # Rounds take alike (the same arms start each round): the mean so far times the rounds left.
+                per_round = (time.monotonic() - started) / (rnd - done) if rnd > done else 0.0
+                left = f" (at most about {per_round * (max_rounds - rnd) / 60:.0f} min left)" if per_round else ""
+                for arm in (order if rnd % 2 == 0 else order[::-1]):
+                    progress(f"confirmation round {rnd + 1}/{max_rounds}{left}: {arm.label}")
+                    meter = LoadMeter().start()
+                    arm.runs.append(_measure(session, space, arm, work_dir / f"r{rnd:02d}-{arm.label}"))
+                    loads.append(meter.stop())
+                    # An arm that failed to start or measure leaves nothing to compare this round: the other
+                    # arms' starts (12 minutes each for a large model) would be wasted.
+                    failed = not arm.runs[-1]
+                    if failed:
+                        break
+                rounds, kept_loads = rnd + 1, len(loads)
                 if failed:
                     break
-            rounds = rnd + 1
-            if failed:
-                break
-            verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks, steps)
-            if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
-                break
-    # A continuation judges the load and the host's speed over all its rounds, the stored ones too.
-    windows = [*(earlier["load"] if earlier else []), *(w.to_dict() for w in loads)]
-    contended = _contended(windows)
-    controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
-                for a in arms if a.control]
-    answer, winner = _answer(arms, verdicts, contended, objective.direction)
-    answer += _past_end_caution(tops, winner, objective.metric)
-    stages = int(earlier.get("stages", 1)) + 1 if earlier else 1
-    if earlier:
-        answer += (f" (continued from {done} stored rounds: over its {stages} stages the chance of a false "
-                   f"call is at most {100 * stages * DEFAULT_ALPHA:.0f}%, not {100 * DEFAULT_ALPHA:.0f}%)")
-    if note := host_speed_note([float(w["probe_ms"]) for w in windows]):
-        answer += f" ({note})"
-    wall = round(time.monotonic() - started + (float(earlier["wall_s"]) if earlier else 0.0), 1)
-    return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
-                        rounds=rounds, wall_s=wall, arms=[asdict(a) for a in arms],
-                        verdicts={k: v.to_dict() for k, v in verdicts.items()},
-                        load=windows,
-                        contended=contended, answer=answer, winner=winner, controls=controls,
-                        continued_from=done, stages=stages)
+                verdicts = judge(arms, objective.metric, objective.direction, min_effect, looks, steps)
+                if save is not None:
+                    save(result(complete=False))  # a kill from here on keeps this round
+                if rounds >= min_rounds and all(settled(v) for v in verdicts.values()):
+                    break
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (Terminated): keep the finished rounds, then go on
+            # The round under way cannot be paired: the values of the arms it started are dropped.
+            for a in arms:
+                del a.runs[rounds:]  # runs hold the stored rounds too: `rounds` counts them
+            del loads[kept_loads:]
+            if save is not None:
+                save(result(complete=False))
+            raise
+    return result(complete=True)
 
 
 def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
@@ -204,11 +243,21 @@ def _arms(space: Space, default: TrialRecord, tops: list[TrialRecord]) -> list[A
     return arms
 
 
+def resumable(earlier: dict[str, Any] | None) -> bool:
+    """Whether a stored confirmation is one whose plan was cut short (killed, Ctrl-C): its finished
+    rounds are stored and `run_confirmation` resumes them."""
+    return bool(earlier) and earlier is not None and earlier.get("complete", True) is False \
+        and isinstance(earlier.get("plan"), dict) and isinstance(earlier.get("arms"), list)
+
+
 def continuable(earlier: dict[str, Any] | None, metric: str) -> str | None:
     """Why a stored confirmation cannot be continued, or None when it can: its arms must all have
     been measured in every round, for the metric the space now ranks by."""
     if not earlier or not earlier.get("arms"):
         return "the study has no stored confirmation to continue: run `search confirm` first"
+    if resumable(earlier):
+        return (f"the stored confirmation was interrupted after {earlier.get('rounds')} of its rounds: "
+                "`search confirm` without --more-rounds resumes it first")
     if earlier.get("metric") != metric:
         return f"the stored confirmation measured {earlier.get('metric')}, the space now ranks by {metric}"
     rounds = int(earlier.get("rounds", 0))
