@@ -16,7 +16,7 @@ from harness.launch.reaper import worker_tag
 from search.sampling.sampler import make_sampler, worker_seed
 from search.space.space import Space
 from search.store.results import STUDY_FORMAT, ResultsError, TrialRecord, check_study_format
-from search.store.trial_index import RECORD_ATTR
+from search.store.trial_index import RECORD_ATTR, final_numbers
 
 HEARTBEAT_S = 60  # RDB storages: a trial without a heartbeat for GRACE_S is failed and retried once
 GRACE_S = 180
@@ -84,8 +84,15 @@ def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
     states = [OptunaState.COMPLETE, OptunaState.PRUNED]
     if with_running:
         states.append(OptunaState.RUNNING)
-    return sum(1 for t in study.get_trials(deepcopy=False, states=tuple(states))
-               if t.user_attrs.get(BUDGET_ATTR, True))
+    counted = sum(1 for t in study.get_trials(deepcopy=False, states=tuple(states))
+                  if t.user_attrs.get(BUDGET_ATTR, True))
+    # A trial a resume settled (recovered from its result.json, or given up after two interruptions)
+    # is FAIL in Optuna but counts like the trial it was.
+    final = final_numbers(study)
+    if final:
+        counted += sum(1 for t in study.get_trials(deepcopy=False, states=(OptunaState.FAIL,))
+                       if t.number in final and t.user_attrs.get(BUDGET_ATTR, True))
+    return counted
 
 
 def storage_for(target: str, storage: str | None) -> tuple[str, str]:

@@ -8,8 +8,7 @@ from typing import Any
 import optuna
 
 from search.store.results import TrialRecord, TrialState, check_study_format
-from search.store.trial_index import RECORD_ATTR
-from search.study.recovery import interrupted_records
+from search.store.trial_index import RECORD_ATTR, final_numbers, study_records
 
 
 @dataclass
@@ -87,15 +86,16 @@ class StudyView:
 def load_view(study: optuna.Study) -> StudyView:
     check_study_format(study.user_attrs, f"study {study.study_name}")  # refuses a newer release's study
     records, baseline = [], None
-    interrupted = interrupted_records(study)  # trials of dead workers, recorded on the study
+    kept = study_records(study)  # trials of dead workers, recovered or given-up ones, recorded on the study
+    final = final_numbers(study)
     for t in study.get_trials(deepcopy=False):
         data = t.user_attrs.get(RECORD_ATTR)
         if t.user_attrs.get("baseline") and baseline is None:
             baseline = t.number
-        if data:
+        if t.number in final or (not data and t.number in kept):
+            records.append(kept[t.number])
+        elif data:
             records.append(TrialRecord.from_dict(data))
-        elif t.number in interrupted:
-            records.append(interrupted[t.number])
     metrics = study.user_attrs.get("objectives") or [[f"objective_{i}", d.name.lower()]
                                                      for i, d in enumerate(study.directions)]
     confirmation = study.user_attrs.get("confirmation")

@@ -15,6 +15,28 @@ from harness.failure import Cause
 from search.store.results import TrialRecord, TrialState
 
 RECORD_ATTR = "flagsearch_record"
+# Records a finished trial's own attributes cannot hold (the public API cannot write them once it is
+# finished), kept as study attributes "<prefix>.<number>": INTERRUPTED_ATTR for a trial of a dead
+# worker (search/study/recovery.py); FINAL_ATTR for what a resume settled, which overrides the rest:
+# a record recovered from its result.json after the storage write failed, or a config given up
+# after its second interruption.
+INTERRUPTED_ATTR = "interrupted"
+FINAL_ATTR = "final"
+
+
+def study_records(study: optuna.Study) -> dict[int, TrialRecord]:
+    """The records kept as study attributes, FINAL_ATTR over INTERRUPTED_ATTR, by trial number."""
+    out: dict[int, TrialRecord] = {}
+    for prefix in (INTERRUPTED_ATTR, FINAL_ATTR):
+        for key, data in study.user_attrs.items():
+            if key.startswith(prefix + ".") and isinstance(data, dict):
+                record = TrialRecord.from_dict(data)
+                out[record.number] = record
+    return out
+
+
+def final_numbers(study: optuna.Study) -> set[int]:
+    return {int(k.split(".", 1)[1]) for k in study.user_attrs if k.startswith(FINAL_ATTR + ".")}
 
 
 def params_key(params: dict[str, Any]) -> str:
@@ -33,12 +55,18 @@ class TrialIndex:
     def refresh(self, study: optuna.Study, own: int | None = None) -> None:
         """Read records of trials not seen before; rebuild the in-flight set (cheap: params only)."""
         self.running = {}
+        kept: dict[int, TrialRecord] | None = None  # study_records, read once a refresh if needed
         for t in study.get_trials(deepcopy=False):
             if t.state == OptunaState.RUNNING and t.number != own:
                 self.running[params_key(t.params)] = t.number
             if t.number in self._seen or t.state in (OptunaState.RUNNING, OptunaState.WAITING):
                 continue
             self._seen.add(t.number)
+            if t.state == OptunaState.FAIL:  # a resume may have settled its record on the study
+                kept = study_records(study) if kept is None else kept
+                if t.number in kept:
+                    self.add(kept[t.number])
+                    continue
             data = t.user_attrs.get(RECORD_ATTR)
             if data:
                 self.add(TrialRecord.from_dict(data))

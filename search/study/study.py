@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 
 from harness.failure import Cause, Failure, TrialFailed
-from harness.launch.reaper import worker_tag
+from harness.launch.reaper import Terminated, worker_tag
 from harness.quality.quality import QualityResult
 from harness.session import Measurement, QualityPlan, RunningConfig, RunRequest, Session, free_port
 from search.sampling.noise import probe, probe_due, stop_rule_floor
@@ -42,7 +42,7 @@ from search.sampling.sampler import (
 )
 from search.sampling.stopping import study_should_stop
 from search.space.space import Config, Space
-from search.store.results import TrialRecord, TrialState, write_json_atomic
+from search.store.results import ResultsError, TrialRecord, TrialState, write_json_atomic
 from search.store.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
 from search.store.trial_index import RECORD_ATTR, TrialIndex
 from search.study.curves import add_curve_summaries
@@ -50,7 +50,14 @@ from search.study.estimate import Estimator
 from search.study.inputs import ReferenceCapture, Rooflines
 from search.study.lock import StudyLock
 from search.study.memory_fit import LocalMemory, estimate, free_at_start, workloads_beyond_context
-from search.study.recovery import fail_trials_of_dead_workers, jsonable, requeue_interrupted
+from search.study.recovery import (
+    BY_CTRL_C,
+    INTERRUPTED_BY,
+    fail_trials_of_dead_workers,
+    jsonable,
+    recover_from_files,
+    requeue_interrupted,
+)
 from search.study.scoring import (
     capacity_of,
     constraint_labels,
@@ -135,8 +142,13 @@ class StudyRunner:
         self.deadline = time.monotonic() + self.budget_s if self.budget_s else None
         self._free_memory = free_at_start(self.space)  # unified memory: what the OS leaves us, read once
         with self.lock:
-            fail_trials_of_dead_workers(self.study, self.space.default_config())
-            requeue_interrupted(self.study)
+            trials_dir = self.results_dir / "trials"
+            fail_trials_of_dead_workers(self.study, self.space.default_config(), trials_dir)
+            for number in recover_from_files(self.study, trials_dir):
+                self.reporter.note(f"trial #{number}: its record was recovered from its result.json (the study "
+                                   "storage failed as it was stored)")
+            for number in requeue_interrupted(self.study):
+                self.reporter.note(f"trial #{number}: not queued again, its config was interrupted twice")
         if counted_trials(self.study) >= self.total:
             self.reporter.note(f"the study already has {self.total} finished trials")
             return
@@ -242,9 +254,12 @@ class StudyRunner:
             self.session.close()
             fail(record, Failure(Cause.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}",
                                  traceback.format_exc().splitlines()[-12:]))
-        except KeyboardInterrupt:
-            fail(record, Failure(Cause.INTERRUPTED, "the search was interrupted during this trial"))
+        except KeyboardInterrupt as exc:
+            by = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+            fail(record, Failure(Cause.INTERRUPTED, f"the search was {by} during this trial"))
             trial.set_user_attr("interrupted", True)
+            if not isinstance(exc, Terminated):  # the user's, not the config's doing: no count towards a cap
+                trial.set_user_attr(INTERRUPTED_BY, BY_CTRL_C)
             self._record(trial, record, trial_dir, started)
             raise
         self._record(trial, record, trial_dir, started)  # record
@@ -336,9 +351,15 @@ class StudyRunner:
     # ---- record and tell --------------------------------------------------------------------
     def _record(self, trial: optuna.Trial, record: TrialRecord, trial_dir: Path, started: float) -> None:
         record.wall_s = time.monotonic() - started
-        # The study storage gets the record first: it is what resume, reports and workers read.
+        # The file first: when the study storage then fails (a lasting database outage, a full disk
+        # under SQLite), the trial just measured is kept there and a resume recovers it
+        # (search/study/recovery.py); the storage is what resume, reports and workers read.
+        try:
+            write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
+        except ResultsError:  # a read-only or full results folder: the storage may still keep the record
+            trial.set_user_attr(RECORD_ATTR, jsonable(record.summary()))
+            raise
         trial.set_user_attr(RECORD_ATTR, jsonable(record.summary()))
-        write_json_atomic(trial_dir / "result.json", {**record.summary(), "workloads": record.workloads})
         self.index.add(record)
         if record.state in (TrialState.COMPLETE, TrialState.FAILED, TrialState.PRUNED):
             self.estimator.observe(record)

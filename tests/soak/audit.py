@@ -19,7 +19,7 @@ from optuna.trial import TrialState as OptunaState
 
 from search.store.results import read_record
 from search.store.storage import BUDGET_ATTR, counted_trials
-from search.store.trial_index import RECORD_ATTR, params_key
+from search.store.trial_index import RECORD_ATTR, final_numbers, params_key
 from search.study.recovery import interrupted_records
 
 
@@ -63,6 +63,7 @@ def audit_study(study: optuna.Study, trials_dir: Path, t: Tally) -> dict[int, di
     trials = study.get_trials(deepcopy=False)
     by_number = {tr.number: tr for tr in trials}
     interrupted = interrupted_records(study)
+    final = final_numbers(study)
     t.trials_in_study = len(trials)
     t.counted = counted_trials(study)
     if t.counted < t.asked:
@@ -77,6 +78,8 @@ def audit_study(study: optuna.Study, trials_dir: Path, t: Tally) -> dict[int, di
             continue
         attr = tr.user_attrs.get(RECORD_ATTR)
         kept = [r for r in (attr, interrupted[tr.number].summary() if tr.number in interrupted else None) if r]
+        if tr.number in final:  # what a resume settled (recovered from its file, or given up) replaces the rest
+            kept = [interrupted[tr.number].summary()]
         if not tr.user_attrs.get(BUDGET_ATTR, True) or tr.state == OptunaState.FAIL:
             why = "interrupted" if tr.state == OptunaState.FAIL and tr.user_attrs.get(BUDGET_ATTR, True) \
                 else str(attr.get("state") if attr else "skipped")
