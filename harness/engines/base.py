@@ -381,6 +381,30 @@ class Engine(ABC):
     # What a pip build of one of the engine's distributions needs beside it (harness/builds/envs.py),
     # keyed by the distribution a requirement installs.
     pip_bases: ClassVar[dict[str, BasePlan]] = {}
+    # The StartupInfo.backends keys that are run-time kernel selections, with the words a report uses
+    # ("GDN prefill kernel"); the "why" of a comparison compares these and nothing else.
+    kernel_paths: ClassVar[dict[str, str]] = {}
+    # (source path prefix in the engine's repository, kernel path keys a change there acts on): a PR's
+    # changed files name the selections its base run must show for the change to run at all.
+    source_paths: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = ()
+
+    def kernel_path(self, startup: StartupInfo | Mapping[str, Any]) -> dict[str, str]:
+        """The kernel path a start selected: {label: selection}, from its startup info (or its dict)."""
+        backends = startup.backends if isinstance(startup, StartupInfo) else dict(startup.get("backends") or {})
+        return {self.kernel_paths.get(k, k.replace("_", " ")): str(v) for k, v in sorted(backends.items())}
+
+    def paths_acted_on(self, path: str) -> tuple[str, ...]:
+        """The kernel path keys a change to one source file acts on: its most specific prefix's."""
+        matches = [(len(prefix), keys) for prefix, keys in self.source_paths if path.startswith(prefix)]
+        return max(matches)[1] if matches else ()
+
+    def paths_touched(self, changed_files: list[str]) -> dict[str, list[str]]:
+        """{kernel path key: the changed files that act on it}, for a PR's list of changed files."""
+        out: dict[str, list[str]] = {}
+        for path in changed_files:
+            for key in self.paths_acted_on(path):
+                out.setdefault(key, []).append(path)
+        return out
 
     async def server_info(self, client: httpx.AsyncClient, base_url: str) -> dict[str, str]:
         """What the running server says about its own build (for the fingerprint); {} if nothing."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -123,6 +123,14 @@ def _line_time(pattern: str, text: str) -> float | None:
 class LlamaCppEngine(Engine):
     dialect = "llamacpp"
     failure_patterns = _FAILURES
+    # Selections its startup log names (CUDA graphs have no such line: GGML_CUDA_DISABLE_GRAPHS=1 turns
+    # them off silently, so they are not a path that can be compared).
+    kernel_paths: ClassVar[dict[str, str]] = {"weights": "weights on", "flash_attn": "flash attention",
+                                              "kv_cache_type": "KV cache type"}
+    source_paths: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = (
+        ("ggml/src/ggml-cuda/fattn", ("flash_attn",)), ("ggml/src/ggml-cpu/", ("weights",)),
+        ("ggml/src/ggml-cuda/", ("weights",)), ("src/llama-kv-cache", ("kv_cache_type",)),
+    )
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:
         return [{"content": text, "add_special": True}]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.engines.base import (
     Engine,
@@ -57,6 +57,13 @@ _NUM = r"([\d.]+)"
 class SglangEngine(Engine):
     dialect = "sglang"
     failure_patterns = _FAILURES
+    kernel_paths: ClassVar[dict[str, str]] = {
+        "attention": "attention backend", "sampling": "sampling backend", "speculative": "speculative algorithm",
+        "kv_cache_dtype": "KV cache dtype"}
+    source_paths: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = (
+        ("python/sglang/srt/layers/attention/", ("attention",)), ("python/sglang/srt/layers/sampler", ("sampling",)),
+        ("python/sglang/srt/speculative/", ("speculative",)),
+    )
     distributions = ("sglang",)
 
     def tokenize_bodies(self, model_id: str, text: str) -> list[dict[str, Any]]:

@@ -75,6 +75,44 @@ _ATTENTION = re.compile(r"Using (\w+) attention backend(?: out of potential back
 # prefill kernel" (earlier), "Using CPU GDN prefill kernel (head_k_dim=128)." (CPU builds).
 _GDN = re.compile(r"Using ([\w/ ]+?) GDN prefill kernel(?: \((?:requested=(\w+), )?head_k_dim=\w+\))?")
 _GEMM = re.compile(r"Using (\w+) for (NVFP4 GEMM|MXFP4 GEMM|MXFP6 GEMM|MXFP8 GEMM|mixed-precision linear)")
+# The GDN decode kernel is logged only with speculative decoding (0.32: "GDN spec decode kernel: %s",
+# after "Falling back to the Triton GDN spec decode path: %s" where the CUDA kernel cannot run);
+# VLLM_GDN_DECODE_KERNEL asks for one (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py).
+_GDN_DECODE = re.compile(r"GDN spec decode kernel: (\w+)")
+_GDN_FALLBACK = re.compile(r"Falling back to the Triton GDN spec decode path: ([^\n]+)")
+# CUDA graphs: the mode and sizes are in the engine config line (`compilation_config={...}`), and the
+# capture progress names each captured routine ("Capturing CUDA graphs (decode, FULL)").
+_GRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
+_GRAPH_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]")
+_GRAPH_CAPTURE = re.compile(r"Capturing CUDA graphs \((decode|mixed prefill-decode), (\w+)\)")
+
+# The run-time selections that make up the kernel path (StartupInfo.backends keys), in the words a
+# report uses. A version string, free memory or the KV size are facts, not a path.
+_KERNEL_PATHS = {
+    "gdn": "GDN prefill kernel", "gdn_spec_decode": "GDN decode kernel (speculative)",
+    "attention": "attention backend", "moe": "MoE backend", "nvfp4_gemm": "NVFP4 GEMM kernel",
+    "mxfp4_gemm": "MXFP4 GEMM kernel", "mxfp6_gemm": "MXFP6 GEMM kernel", "mxfp8_gemm": "MXFP8 GEMM kernel",
+    "mixed_precision_linear": "quantized linear kernel", "fp4": "FP4 path", "sampler": "sampler",
+    "cuda_graph_mode": "CUDA graph mode",
+}
+# Which kernel paths a change to a source path can act on: a PR's changed files name the selections
+# whose log lines must show in the base run for the change to run at all (search/regress/prereq.py).
+_SOURCE_PATHS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm/model_executor/layers/mamba/gdn", ("gdn", "gdn_spec_decode")),  # gdn/ and gdn_linear_attn.py
+    ("vllm/model_executor/layers/mamba/ops/", ("gdn", "gdn_spec_decode")),
+    ("vllm/model_executor/layers/fla/", ("gdn", "gdn_spec_decode")),
+    ("vllm/v1/attention/backends/gdn_attn.py", ("gdn", "gdn_spec_decode")),
+    ("csrc/gdn/", ("gdn_spec_decode",)),
+    ("vllm/model_executor/layers/fused_moe/", ("moe",)),
+    ("csrc/moe/", ("moe",)),
+    ("vllm/v1/attention/", ("attention",)),
+    ("vllm/attention/", ("attention",)),
+    ("csrc/attention/", ("attention",)),
+    ("vllm/model_executor/layers/quantization/", ("nvfp4_gemm", "mxfp4_gemm", "mixed_precision_linear", "fp4", "moe")),
+    ("csrc/quantization/", ("nvfp4_gemm", "mxfp4_gemm", "mixed_precision_linear", "fp4", "moe")),
+    ("vllm/v1/sample/", ("sampler",)),
+    ("vllm/compilation/", ("cuda_graph_mode",)),
+)
 _FACTS: list[tuple[str, str]] = [
     ("mamba_cache_mode", r"Mamba cache mode is set to '(\w+)'"),
     ("auto_prefetch", r"Auto-prefetch is (disabled|enabled)"),
@@ -118,6 +156,8 @@ class VllmEngine(Engine):
     # vLLM warns "Unknown vLLM environment variable detected: %s" (platforms/interface.py
     # validate_environ) for a VLLM_* name its envs.py `environment_variables` lacks, and ignores it.
     known_env = KnownEnv(prefix="VLLM_", module="vllm", file="envs.py", table="environment_variables")
+    kernel_paths: ClassVar[dict[str, str]] = _KERNEL_PATHS
+    source_paths: ClassVar[tuple[tuple[str, tuple[str, ...]], ...]] = _SOURCE_PATHS
 
     async def forced_positions(self, client: httpx.AsyncClient, base_url: str, model_id: str,
                                prompt_ids: list[int], token_ids: list[int], start: int, top_k: int,
@@ -211,6 +251,22 @@ class VllmEngine(Engine):
             info.backends["gdn"] = gdn.group(1)
             if gdn.group(2):
                 info.facts["gdn_requested"] = gdn.group(2)
+        decode = _GDN_DECODE.search(log_text)
+        if decode:
+            info.backends["gdn_spec_decode"] = decode.group(1)
+        fallback = _GDN_FALLBACK.search(log_text)
+        if fallback:
+            info.facts["gdn_spec_decode_fallback"] = fallback.group(1).strip().rstrip(".")
+        graph_mode = _GRAPH_MODE.search(log_text)
+        if graph_mode:
+            info.backends["cuda_graph_mode"] = graph_mode.group(1)
+        sizes = _GRAPH_SIZES.search(log_text)
+        if sizes:
+            numbers = [int(n) for n in re.findall(r"\d+", sizes.group(1))]
+            info.facts["cuda_graph_sizes"] = f"{len(numbers)} sizes, up to {max(numbers)}" if numbers else "none"
+        captured = dict.fromkeys(f"{routine} {mode}" for routine, mode in _GRAPH_CAPTURE.findall(log_text))
+        if captured:
+            info.facts["cuda_graphs_captured"] = ", ".join(captured)
         for kernel, kind in _GEMM.findall(log_text):
             info.backends[kind.lower().replace(" ", "_").replace("-", "_")] = kernel
         if "Weight-only FP4 compression will be used leveraging the Marlin kernel" in log_text:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.builds.builds import build_kwargs, describe, option_build, stamp
+from harness.engines import get_engine
 from harness.host.fingerprint import material_differences
 from harness.session import LaunchFailed
 from search.exit_codes import Exit
@@ -296,13 +297,14 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if planned is not None:
         return planned
     builds = {}
+    changed = _pr_files(args)
     for key, src in (("a", src_a), ("b", src_b)):
         env = {k: str(v) for k, v in parse_assignments(getattr(args, f"{key}_env"), f"--{key}-env").items()}
-        if key == "b" and any(c.needs for c in claims):
+        if key == "b" and (changed or any(c.needs or c.hardware for c in claims)):
             from search.regress.prereq import check_claim_prerequisites
 
             missing = check_claim_prerequisites(claims, side["a"], src_a.space, Path(args.out or "results/ab")
-                                                / "prerequisites", _progress(args.quiet))
+                                                / "prerequisites", _progress(args.quiet), changed)
             for line in missing:
                 err.print(f"[yellow]warning[/]: {line}")
             if missing and not args.build_anyway:
@@ -330,11 +332,24 @@ def cmd_ab(args: argparse.Namespace) -> int:
             result = judge_claim(c, by_metric[metric], args.min_effect,
                                  here=hardware_here(run.b.fingerprint or run.a.fingerprint))
             report.claims.append(result)
-            why = explain_claim(result, run.a, run.b, subject_changes(side["a"], side["b"]))
+            touched = get_engine(side["a"].settings.dialect).paths_touched(changed) if changed else None
+            why = explain_claim(result, run.a, run.b, subject_changes(side["a"], side["b"]),
+                                side["a"].settings.dialect, touched)
             if why:
                 report.notes.append(why)
     # The claims set the exit code (GateReport.exit_code), and the headline says so.
     return _finish(report, run, args, {"a": args.a, "b": args.b or args.a})
+
+
+def _pr_files(args: argparse.Namespace) -> list[str]:
+    """The files the PR under test changes: --pr-files (a saved diff or a list), else --pr N or a pr:N
+    in B's build, read from the engine's repository; [] when no PR is named."""
+    from search.regress.prereq import changed_files_from_text, pr_changed_files, pr_number
+
+    if args.pr_files:
+        return changed_files_from_text(Path(args.pr_files).read_text(errors="replace"))
+    number = args.pr or pr_number(args.b_build)
+    return pr_changed_files(number, _progress(args.quiet)) if number else []
 
 
 def _claim_metric(leaf: str, workloads: list[str], chosen: str | None) -> str:
@@ -433,6 +448,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ab.add_argument(f"--{key}-python", help=f"{key.upper()}'s engine environment python")
         ab.add_argument(f"--{key}-command", help=f"{key.upper()}'s whole engine command")
         ab.add_argument(f"--{key}-image", help=f"{key.upper()}'s container image")
+    ab.add_argument("--pr", type=int, metavar="N",
+                    help="the PR B builds: its changed files (from the engine's git repository; FLAGSEARCH_VLLM_REPO "
+                         "for a fork or mirror) name the kernel paths its base run must show, checked before B is "
+                         "built, and the 'why' names the path that stayed the same (default: a pr:N in --b-build)")
+    ab.add_argument("--pr-files", metavar="FILE",
+                    help="the PR's changed files without a repository: a saved diff, or one path a line")
     ab.add_argument("--claim", action="append", help="a claimed change of B over A, e.g. '+24%% tok/s', '1.93x', "
                                                      "'-10%% ttft' (repeatable)")
     ab.add_argument("--workload", help="measure and gate this workload only; claims are about it (default: every "

@@ -108,6 +108,7 @@ def subject_from(space: Space, config: Config, label: str, command: str | None =
 class SideResult:
     label: str
     command: str = ""
+    dialect: str = ""  # the engine module that read its logs (names its kernel paths)
     samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per round
     runs: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> per start, every counted run
     startup: dict[str, Any] = field(default_factory=dict)  # StartupInfo of the first start
@@ -203,7 +204,8 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
     no server outlives the call."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    sides = {"A": (a, SideResult(a.label)), "B": (b, SideResult(b.label))}
+    sides = {"A": (a, SideResult(a.label, dialect=a.settings.dialect)),
+             "B": (b, SideResult(b.label, dialect=b.settings.dialect))}
     run = ABRun(sides["A"][1], sides["B"][1], 0)
     sessions = {key: Session(progress, keep_server=not restart) for key in sides}
     try:
@@ -291,7 +293,7 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
 def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
                   work_dir: Path, quality_suite: str | None = None, progress: Progress = _quiet) -> SideResult:
     """One config, `rounds` fresh server starts (the sample unit a baseline file stores)."""
-    result = SideResult(subject.label)
+    result = SideResult(subject.label, dialect=subject.settings.dialect)
     with Session(progress, keep_server=False) as session:
         for rnd in range(rounds):
             progress(f"round {rnd + 1}/{rounds}")

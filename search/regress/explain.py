@@ -1,12 +1,12 @@
 """Why a claim was not reproduced, in one sentence that follows from the evidence: what B was asked
-to change (flags, environment, command) and what its engine selected differently at startup."""
+to change (flags, environment, command) and the kernel path each side's engine selected at run time
+(the selections its startup log names: harness/engines, `Engine.kernel_paths`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from search.regress.ab import SideResult, Subject
 from search.regress.claims import ClaimResult
+from search.regress.kernel_path import kernel_path, kernel_path_differences, touched_labels
 
 
 def subject_changes(a: Subject, b: Subject) -> list[str]:
@@ -22,43 +22,44 @@ def subject_changes(a: Subject, b: Subject) -> list[str]:
     return out
 
 
-def startup_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """What the engine selected differently at startup (backends, KV capacity and sizes, log facts);
-    startup phase times are left out (they are noise, not a selection)."""
-    out = []
-    for group in ("backends", "facts"):
-        ga, gb = a.get(group) or {}, b.get(group) or {}
-        out += [f"{k}: A {ga.get(k)!r}, B {gb.get(k)!r}" for k in sorted(set(ga) | set(gb)) if ga.get(k) != gb.get(k)]
-    out += [f"{k}: A {a.get(k)!r}, B {b.get(k)!r}" for k in ("version", "kv_cache_tokens", "max_concurrency")
-            if a.get(k) != b.get(k)]
-    return out
-
-
-def explain_claim(result: ClaimResult, a: SideResult, b: SideResult, changes: list[str]) -> str | None:
+def explain_claim(result: ClaimResult, a: SideResult, b: SideResult, changes: list[str], dialect: str = "",
+                  touched: dict[str, list[str]] | None = None) -> str | None:
     """One sentence on why a claim was not reproduced, that follows from the evidence.
 
     "Not taking effect" is said only when both halves hold: the claim is contradicted by a null
-    measured change (unchanged or inconclusive) and the startup logs, which name what the engine
-    selected, show no difference between A and B. Otherwise the sentence lists what did differ.
+    measured change (unchanged or inconclusive) and the kernel paths the engine selected (its startup
+    log, read by the engine's parser) are the same on A and B. When a PR's changed files are known
+    (`touched`: kernel path key -> files), the path the change acts on is named with what both sides ran
+    ("GDN prefill kernel: Triton/FLA on A and B: the PR's change to that path ran on neither side's fast
+    kernel"). Otherwise the sentence lists what did differ.
     """
     if result.verdict == "reproduced" or not a.startup or not b.startup:
         return None  # a side that did not start is reported as failed, not explained
+    dialect = dialect or a.dialect or b.dialect
     measured = result.measured
     # An interval that excludes no change is a measured change, however small: never "no change".
     excludes_zero = measured.ci_low > 1.0 or measured.ci_high < 1.0
     null = measured.verdict == "unchanged" or (measured.verdict == "inconclusive" and not excludes_zero)
-    differed = startup_differences(a.startup, b.startup)
-    named = any(side.startup.get(k) for side in (a, b) for k in ("backends", "facts"))
+    differed, same = kernel_path_differences(dialect, a.startup, b.startup)
+    named = bool(same or differed)
     asked = f"B's change ({'; '.join(changes)})" if changes else "B's change"
+    acted = touched_labels(dialect, touched or {})
+    path_a = kernel_path(dialect, a.startup)
+    on_path = [f"{label}: {path_a[label]} on A and B (the change is in {file})" for label, file in acted.items()
+               if label in path_a and kernel_path(dialect, b.startup).get(label) == path_a[label]]
     if differed:
-        seen = f"{asked} showed at startup: {'; '.join(differed)}"
+        seen = f"{asked} changed the kernel path: {'; '.join(differed)}"
+    elif on_path:
+        seen = f"the kernel path the change acts on stayed the same: {'; '.join(on_path)}"
     elif named:
-        seen = "the startup logs show the same selection in A and B (backends, KV cache, facts)"
+        seen = f"the kernel path was the same on A and B ({'; '.join(same)})"
     else:
-        seen = f"the logs name no backend choice, so whether {asked} took effect cannot be told from them"
+        seen = f"the logs name no kernel selection, so whether {asked} took effect cannot be told from them"
     head = f"why `{result.claim.text}`:"
     if result.verdict == "contradicted" and null and not differed and named:
-        return f"{head} no measurable change, and {seen}: {asked} is likely not taking effect on this hardware"
+        what = ("the change did not reach a different kernel here: its fast path is not the one selected on this "
+                "hardware" if on_path else f"{asked} is likely not taking effect on this hardware")
+        return f"{head} no measurable change, and {seen}: {what}"
     if result.verdict == "undecided":
         effect = "too noisy to tell yet"
     elif excludes_zero and measured.verdict == "inconclusive":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.host.fingerprint import MATERIAL, material_differences
+from search.regress.kernel_path import kernel_path_differences
 
 if TYPE_CHECKING:
     from search.regress.ab import SideResult
@@ -17,13 +18,10 @@ def log_diff(a: SideResult, b: SideResult) -> list[str]:
     lines: list[str] = []
     sa, sb = a.startup or {}, b.startup or {}
     ba, bb = sa.get("backends") or {}, sb.get("backends") or {}
-    same = {k: v for k, v in ba.items() if bb.get(k) == v}
-    for k in sorted(set(ba) | set(bb)):
-        if ba.get(k) != bb.get(k):
-            lines.append(f"backend `{k}`: A selected {ba.get(k)!r}, B selected {bb.get(k)!r}")
+    differed, same = kernel_path_differences(a.dialect or b.dialect, sa, sb)
+    lines += [f"kernel path {d}" for d in differed]
     if same:
-        picked = ", ".join(f"{k}={v}" for k, v in sorted(same.items()))
-        lines.append(f"same kernel/backend path selected in A and B: {picked}")
+        lines.append("same kernel path on A and B: " + "; ".join(s.removesuffix(" on A and B") for s in same))
     elif not ba and not bb:
         lines.append("neither log named a kernel or backend choice")
     fa, fb = sa.get("facts") or {}, sb.get("facts") or {}

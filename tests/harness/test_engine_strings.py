@@ -31,6 +31,8 @@ def render(entry: dict[str, Any]) -> str:
     text = "".join(entry["pieces"])
     if "values" in entry:  # an f-string: every {field} replaced by its example value
         return re.sub(r"\{([^{}]+)\}", lambda m: str(entry["values"][m.group(1)]), text)
+    if "format" in entry:  # str.format with positional fields
+        return text.format(*entry["format"])
     return text % tuple(entry.get("args", ())) if entry.get("args") or "%%" in text else text
 
 

@@ -18,8 +18,9 @@ from harness.session import LaunchFailed
 from search.exit_codes import Exit
 from search.regress.ab import ABRun, SideResult, deciding_line, report_from_run
 from search.regress.claims import judge_claim, parse_claim
-from search.regress.explain import explain_claim, startup_differences
+from search.regress.explain import explain_claim
 from search.regress.gate_report import GateReport
+from search.regress.kernel_path import kernel_path_differences
 from search.verdicts.gate import EXIT_PASS, EXIT_REGRESSION, compare
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -32,7 +33,7 @@ def noisy(median: float, cv: float, n: int, seed: int) -> list[float]:
 
 def side(label: str, log: str | None, samples: list[float] | None = None) -> SideResult:
     startup = asdict(LlamaCppEngine().parse_startup((DATA / log).read_text())) if log else {}
-    return SideResult(label, command=f"llama-server {label}", startup=startup,
+    return SideResult(label, command=f"llama-server {label}", dialect="llamacpp", startup=startup,
                       fingerprint=dict(FINGERPRINT) if log else {},
                       samples={"single.output_tok_s": samples or []})
 
@@ -43,12 +44,13 @@ CHANGES = ["cache_type_k: None -> 'q8_0'"]
 
 # ---- item 1: the "why" follows from the evidence ---------------------------------------------------
 
-def test_the_real_pair_differs_in_kv_cache_type_and_size() -> None:
+def test_the_real_pair_differs_in_the_kv_cache_type_and_shares_the_rest_of_the_path() -> None:
     a, b = side("A", A_LOG), side("B", B_LOG)
-    diffs = startup_differences(a.startup, b.startup)
-    assert any(d.startswith("kv_cache_type:") and "q8_0" in d for d in diffs), diffs
-    assert any(d.startswith("kv_buffer_mib.CPU:") for d in diffs), diffs
-    assert a.startup["backends"]["weights"] == b.startup["backends"]["weights"]  # one shared backend line
+    differed, same = kernel_path_differences("llamacpp", a.startup, b.startup)
+    assert differed == ["KV cache type: K=f16,V=f16 on A, K=q8_0,V=f16 on B"], differed
+    assert "weights on: CPU_Mapped on A and B" in same and "flash attention: enabled on A and B" in same
+    # A buffer's size is a consequence, not a selection: it is not part of the path compared.
+    assert not any("buffer" in d for d in differed + same)
 
 
 def test_a_real_slowdown_with_a_changed_kv_cache_is_not_called_not_taking_effect() -> None:
@@ -62,7 +64,7 @@ def test_a_real_slowdown_with_a_changed_kv_cache_is_not_called_not_taking_effect
     assert result.verdict == "contradicted"
     why = explain_claim(result, a, b, CHANGES)
     assert why is not None and "not taking effect" not in why
-    assert "regressed" in why and "kv_cache_type" in why and "kv_buffer_mib.CPU" in why and "q8_0" in why
+    assert "regressed" in why and "KV cache type" in why and "q8_0" in why and "buffer" not in why
 
 
 def test_not_taking_effect_needs_a_null_change_and_identical_startups() -> None:
@@ -79,7 +81,7 @@ def test_not_taking_effect_needs_a_null_change_and_identical_startups() -> None:
     b_changed = side("B", B_LOG, same[1])
     why = explain_claim(result, a, b_changed, CHANGES)
     assert why is not None and "not taking effect" not in why and "no measurable change" in why
-    assert "kv_cache_type" in why
+    assert "KV cache type" in why
 
 
 def test_no_explanation_for_a_reproduced_claim_or_a_side_that_never_started() -> None:
