@@ -128,7 +128,8 @@ def _start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[s
         raise LaunchFailed(exc.cause, exc.detail, exc.log_tail, command, log_path=str(log_path)) from None
     try:
         progress("loading (waiting for ready)")
-        ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s)
+        ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s,
+                             progress=None if progress is _quiet else progress)  # a heartbeat
     except StartupError as exc:
         server.stop()
         found = classify_startup(engine, exc, read_text(log_path))

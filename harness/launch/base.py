@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 
+from harness.launch.heartbeat import Heartbeat
 from harness.launch.spec import LaunchSpec
 from harness.measure.client import tls_context
 
@@ -49,7 +52,8 @@ def log_tail(path: Path, lines: int = 40) -> list[str]:
         return []
 
 
-def wait_ready(server: Server, ready_path: str, timeout_s: float, poll_s: float = 0.5) -> float:
+def wait_ready(server: Server, ready_path: str, timeout_s: float, poll_s: float = 0.5,
+               progress: Callable[[str], None] | None = None) -> float:
     """Poll the engine's readiness endpoint until it answers 200; return seconds waited.
 
     The first polls come 50 ms apart and the gap grows to `poll_s`: a llama-server that is ready in
@@ -57,13 +61,17 @@ def wait_ready(server: Server, ready_path: str, timeout_s: float, poll_s: float 
     `startup.ready_s` measured the grid; a 30-second vLLM start is polled every 0.5 s as before.
 
     Raises StartupError("exited") if the process dies first and StartupError("timeout") if the
-    deadline passes; the caller classifies the cause further from the log.
+    deadline passes; the caller classifies the cause further from the log. With `progress`, the wait
+    shows life (harness/launch/heartbeat.py: elapsed time and the engine's last log line).
     """
     start = time.monotonic()
     gap = min(0.05, poll_s)
     url = server.spec.base_url + ready_path
-    with httpx.Client(verify=tls_context()) as client:
+    heartbeat = Heartbeat("loading", progress, server.log_path) if progress else None
+    with httpx.Client(verify=tls_context()) as client, heartbeat or contextlib.nullcontext():
         while True:
+            if heartbeat:
+                heartbeat.beat()
             rc = server.returncode()
             if rc is not None:
                 raise StartupError("exited", f"server exited with status {rc} before ready",

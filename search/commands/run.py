@@ -13,18 +13,19 @@ import optuna
 from harness.launch.reaper import Terminated, stop_all
 from search.commands.show import print_study
 from search.exit_codes import Exit
-from search.space.space import Config, Space, load_space
+from search.shipped import resolve_space, shipped_names
+from search.space.space import Config, Space, SpaceError, load_space
 from search.store.results import TrialRecord
 from search.store.storage import default_storage, storage_for
 from search.store.summary import load_view
 from search.study.study import StudyRunner
 from search.study.unified_memory import DROP_PAGE_CACHE
 from search.terminal import err, safe
-from search.terminal import out as console
 
 
 class ConsoleReporter:
-    """Human progress: which trial, which phase, elapsed time; one line per event (CI-friendly)."""
+    """Human progress on stderr (stdout keeps the final table, or the JSON events with --json): which trial,
+    which phase, elapsed time; one line per event (CI-friendly)."""
 
     def __init__(self, quiet: bool = False, as_json: bool = False, maximize: bool = True):
         self.best: tuple[int, float] | None = None  # (trial, first objective) among feasible trials
@@ -51,12 +52,12 @@ class ConsoleReporter:
             eta = f" · ETA ~{avg * (total - index + 1) / 60:.0f} min"
         self._emit("trial_started", number=number, index=index, total=total, params=config.as_params())
         if not self.quiet and not self.as_json:
-            console.print(f"[bold]{self.prefix}[/] {safe(config.engine)}/{safe(config.model)}: {safe(params)}{eta}")
+            err.print(f"[bold]{self.prefix}[/] {safe(config.engine)}/{safe(config.model)}: {safe(params)}{eta}")
 
     def phase(self, text: str) -> None:
         self._emit("phase", text=text)
         if not self.quiet and not self.as_json:
-            console.print(f"  [dim]{time.monotonic() - self.trial_t0:6.1f}s[/] {safe(text)}")
+            err.print(f"  [dim]{time.monotonic() - self.trial_t0:6.1f}s[/] {safe(text)}")
 
     def trial_finished(self, record: TrialRecord) -> None:
         self.durations.append(record.wall_s or 0.0)
@@ -65,26 +66,26 @@ class ConsoleReporter:
         if self.as_json or self.quiet:
             return
         if record.failure:
-            console.print(f"  [red]failed[/]: {safe(record.failure.cause)}: {safe(record.failure.detail)}")
+            err.print(f"  [red]failed[/]: {safe(record.failure.cause)}: {safe(record.failure.detail)}")
         else:
             shown = {k: v for k, v in record.metrics.items() if k.endswith(("output_tok_s", "quality.score"))}
-            console.print("  [green]done[/]: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()))
+            err.print("  [green]done[/]: " + ", ".join(f"{k}={v:.3g}" for k, v in shown.items()))
             feasible = all(c <= 0 for c in record.constraint_values)
             if feasible and record.objective_values and (self.best is None or record.objective_values[0]
                                                         * self.sign > self.best[1] * self.sign):
                 self.best = (record.number, record.objective_values[0])
             if not feasible:
-                console.print("  [yellow]infeasible[/]: a constraint is violated "
+                err.print("  [yellow]infeasible[/]: a constraint is violated "
                               f"({', '.join(f'{c:+.3g}' for c in record.constraint_values)})")
         if self.best:
-            console.print(f"  best so far: trial #{self.best[0]} = {self.best[1]:.4g}")
+            err.print(f"  best so far: trial #{self.best[0]} = {self.best[1]:.4g}")
         for p in record.placebo:
-            console.print(f"  [yellow]placebo?[/] {safe(p)}")
+            err.print(f"  [yellow]placebo?[/] {safe(p)}")
 
     def note(self, text: str) -> None:
         self._emit("note", text=text)
         if not self.as_json:
-            console.print(safe(text))
+            err.print(safe(text))
 
 
 def confirm_after(runner: StudyRunner, space: Space, results_dir: Path, reporter: ConsoleReporter,
@@ -104,7 +105,11 @@ def confirm_after(runner: StudyRunner, space: Space, results_dir: Path, reporter
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    space = load_space(args.space)
+    source = resolve_space(args.space)
+    if not Path(source).exists():
+        raise SpaceError(f"{args.space}: no such file, and no shipped space of that name (shipped: "
+                         f"{', '.join(shipped_names())})")
+    space = load_space(source)
     if args.dry_run is not None:
         from search.study.dryrun import dry_run, previous_records
 
@@ -123,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             err.print(f"preflight: {len(problems)} problem(s); nothing was started")
             return Exit.USAGE
         if args.preflight:
-            console.print("preflight: every image, checkpoint path and flag name is fine")
+            err.print("preflight: every image, checkpoint path and flag name is fine")
             return 0
     study_name = args.study or space.name
     results_dir = Path(args.results) / study_name
@@ -144,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             reporter.note(f"warm start from {warm_name}: its top {queued} config(s) run first; {added} of its trials "
                           "inform the sampler")
     if not args.json:
-        console.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
+        err.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
     try:
         runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
         confirm_after(runner, space, results_dir, reporter, args.no_confirm)
@@ -166,7 +171,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run = sub.add_parser("run", help="run (or resume) a search over a space file")
-    run.add_argument("space", help="space YAML file, e.g. spaces/smollm2-cpu.yaml")
+    run.add_argument("space", help="space YAML file, e.g. spaces/smollm2-cpu.yaml, or the name of a shipped space "
+                                   "(smollm2-cpu, llamacpp-cpu, ...: search/shipped.py)")
     run.add_argument("--trials", type=int, help="total trials in the study (default: the space's budget)")
     run.add_argument("--timeout", type=float, help="stop starting new trials after this many seconds")
     run.add_argument("--study", help="study name (default: the space's name)")
