@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--runs", default="1,3", help="rotated-rounds files: runs per start to replay with")
     c = sub.add_parser("confirmations", help="paired noise of stored `search run` confirmations (rounds)")
     c.add_argument("paths", nargs="+", type=Path)
-    r = sub.add_parser("rejudge", help="stored confirmations judged by the paired and the blocked test")
+    r = sub.add_parser("rejudge", help="stored confirmations: their verdicts as stored and judged by the test used now")
     r.add_argument("paths", nargs="+", type=Path)
     g = sub.add_parser("gpu", help="the gate replayed on the H100 calibration CSV")
     g.add_argument("path", nargs="?", type=Path, default=DATA / "gpu_calib_h100.csv")

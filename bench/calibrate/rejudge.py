@@ -1,11 +1,12 @@
-"""Stored confirmations judged again: each arm against the default with the paired test (one
-arm's within-round differences, n - 1 degrees of freedom) and with the blocked test the
-confirmation now uses (search/verdicts/blocked.py: the start noise pooled over all arms of the rounds),
-on the same rounds, plan of looks and level. Prints, per arm, both intervals and verdicts and the
-ratio of their widths (log scale), then each confirmation's answer under both."""
+"""Stored confirmations judged again: each arm against the default as the stored verdict judged it (the
+paired test until 2026-11-29, the arms' pooled noise until 2026-12-01) and by the test the confirmation
+now uses (search/verdicts/blocked.py: each arm by its own within-round differences), on the same rounds,
+plan of looks and level. Prints, per arm, both intervals and verdicts and the ratio of their widths (log
+scale), then each confirmation's answer as stored and now."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.calibrate.confirmations import load
-from search.confirm.confirm import Arm, _answer, comparison_alpha, judge
+from search.confirm.confirm import Arm, _answer, judge
 from search.verdicts.gate import MetricVerdict
-from search.verdicts.sequential import compare_paired
 
 LOOKS = re.compile(r"looks at (\d+)\.\.(\d+) rounds")
 
@@ -29,10 +29,14 @@ def plan(confirmation: dict[str, Any]) -> tuple[int, ...]:
     return (int(confirmation["rounds"]),)
 
 
-def paired(arms: list[Arm], metric: str, direction: str, looks: tuple[int, ...]) -> dict[str, MetricVerdict]:
-    return {a.key: compare_paired(metric, arms[0].runs, a.runs, direction="higher" if direction == "maximize"
-                                  else "lower", min_effect=0.03, alpha=comparison_alpha(arms), looks=looks)
-            for a in arms[1:]}
+def stored(confirmation: dict[str, Any]) -> dict[str, MetricVerdict]:
+    """The verdicts as the confirmation stored them."""
+    fields = {f.name for f in dataclasses.fields(MetricVerdict)}
+    out = {}
+    for key, v in confirmation["verdicts"].items():
+        kept: dict[str, Any] = {k: (tuple(x) if k.startswith("samples_") else x) for k, x in v.items() if k in fields}
+        out[key] = MetricVerdict(**kept)
+    return out
 
 
 def _width(v: MetricVerdict) -> float:
@@ -59,8 +63,8 @@ def confirmations(paths: list[Path]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def table(paths: list[Path]) -> str:
-    lines = ["| confirmation | rounds (looks), the blocked interval's level | arm | paired test | blocked test "
-             "| width blocked / paired |",
+    lines = ["| confirmation | rounds (looks), the interval's level now | arm | as stored | judged now "
+             "| width now / stored |",
              "|---|---|---|---|---|---|"]
     answers = []
     ratios = []
@@ -69,17 +73,16 @@ def table(paths: list[Path]) -> str:
         if any(a.failures for a in arms) or len(arms) < 3:
             continue
         looks = plan(c)
-        old, new = paired(arms, c["metric"], c["direction"], looks), judge(arms, c["metric"], c["direction"], 0.03,
-                                                                          looks)
+        old, new = stored(c), judge(arms, c["metric"], c["direction"], 0.03, looks)
         level = f"{100 * next(iter(new.values())).level:.3g}%"
         labels = {a.key: a.label for a in arms}
-        for key in old:
+        for key in (k for k in old if k in new):
             ratio = _width(new[key]) / _width(old[key])
             ratios.append(ratio)
             lines.append(f"| {name} | {c['rounds']} ({looks[0]}..{looks[-1]}), {level} | {labels[key]} | "
                          f"{_ci(old[key])} | {_ci(new[key])} | {ratio:.2f} |")
-        answers.append(f"- {name}: paired: {_head(_answer(arms, old, False, c['direction'])[0])}; "
-                       f"blocked: {_head(_answer(arms, new, False, c['direction'])[0])}")
+        answers.append(f"- {name}: as stored: {_head(_answer(arms, old, False, c['direction'])[0])}; "
+                       f"now: {_head(_answer(arms, new, False, c['direction'])[0])}")
     mid = statistics.median(ratios) if ratios else math.nan
     return "\n".join([*lines, "", f"median width ratio {mid:.2f} over {len(ratios)} comparisons", "", *answers])
 

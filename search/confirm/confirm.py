@@ -1,9 +1,9 @@
 """Confirmation before a verdict: the study's top configs and the default, re-measured with fresh
 server starts, interleaved round-robin (each round starts every arm once, in a rotating order, so
 drift and a noisy neighbour hit all arms alike), judged on within-round differences from the
-default with the rounds as blocks of every arm (search/verdicts/blocked.py: the start noise is estimated
-from all arms' residuals, so 4 rounds of 3 arms give 6 degrees of freedom, not 3; with two arms it
-is the paired test every verb uses), with the false-alarm budget split over the claims (each top
+default in the rounds where every arm was measured (search/verdicts/blocked.py: each arm by its own
+differences' spread, the paired test every verb uses, since pooling the arms' noise made false winners
+where one arm is noisier than the rest), with the false-alarm budget split over the claims (each top
 config against the default; one study, one alpha; a positive control is tested at that same level
 but is no claim: it is slower by construction and cannot make a false alarm), and stopped as soon as
 every comparison is settled.
@@ -214,8 +214,8 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
 
 def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
           looks: tuple[int, ...], steps: dict[str, tuple[float, float]] | None = None) -> dict[str, MetricVerdict]:
-    """Each arm against the default (arms[0]) at the claims' level, the rounds as blocks of every
-    arm (search/verdicts/blocked.py), for a plan of looks at these round counts. `steps`: the resolution
+    """Each arm against the default (arms[0]) at the claims' level, on the rounds where every arm was
+    measured (search/verdicts/blocked.py), for a plan of looks at these round counts. `steps`: the resolution
     (relative, in units) of metrics whose values move in coarse steps (`value_steps`)."""
     runs = [a.runs for a in arms]
     relative, unit = (steps or {}).get(metric, (0.0, 0.0))
@@ -342,7 +342,7 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         return ("verdict withheld: the positive control was not found worse, so this confirmation could not see "
                 "a real difference; measured: " + "; ".join(lines) + suffix
                 + _rounds_hint([(controls[k], verdicts[k]) for k in missed if k in verdicts],
-                               comparison_alpha(arms), len(arms))), None
+                               comparison_alpha(arms))), None
     if better:
         sign = 1.0 if direction == "maximize" else -1.0
         key, best = max(better, key=lambda kv: sign * kv[1].ratio)
@@ -360,11 +360,20 @@ def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool
         could = f" (this confirmation could detect {100 * seen:.0f}% or more)" if math.isfinite(seen) else ""
         return ("no config is distinguishable from the default" + could + "; " + "; ".join(lines) + suffix
                 + _narrow_hint([v for v in tops.values() if v.verdict == "inconclusive"], list(controls.values()),
-                               comparison_alpha(arms), len(arms))), None
-    return "the default stays best; " + "; ".join(lines) + suffix, None
+                               comparison_alpha(arms))), None
+    # Some configs were found worse and none better. "The default stays best" only where every one was found
+    # worse: an inconclusive one was not shown worse (nor unchanged: within min_effect), so it is named as such.
+    worse = [k for k, v in tops.items() if v.verdict == "regressed"]
+    if len(worse) == len(tops):
+        return "the default stays best: every config measured worse; " + "; ".join(lines) + suffix, None
+    open_ = [v for v in tops.values() if v.verdict == "inconclusive"]
+    rest = (f"; not distinguishable from the default: {', '.join('#' + k for k, v in tops.items() if v in open_)}"
+            if open_ else "")
+    return (f"no config is better than the default: {', '.join('#' + k for k in worse)} measured worse{rest}; "
+            + "; ".join(lines) + suffix + _narrow_hint(open_, list(controls.values()), comparison_alpha(arms))), None
 
 
-def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: float, blocks: int) -> str:
+def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: float) -> str:
     """For top configs left inconclusive: the rounds in all that would likely see a difference of
     the size the study claims to detect (its smallest slowdown control), and the command that
     continues this confirmation to them. Nothing when no slowdown control sizes the claim."""
@@ -373,7 +382,7 @@ def _narrow_hint(unsettled: list[MetricVerdict], controls: list[Arm], alpha: flo
     if not sizes or not math.isfinite(spread):
         return ""
     effect, done = min(sizes), max(v.n_a for v in unsettled)
-    need = rounds_needed(spread, effect, alpha, first=done + 1, arms=blocks)
+    need = rounds_needed(spread, effect, alpha, first=done + 1)
     if need is None:
         return (f"; to see a difference of {100 * effect:.0f}% (the control's nominal size) at this noise would "
                 f"take more than {MAX_PLANNED_ROUNDS} rounds")
@@ -392,7 +401,7 @@ def _continue_command(need: int, done: int) -> str:
     return f"`search confirm STUDY --more-rounds {need - done}` continues these {done}"
 
 
-def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float, blocks: int) -> str:
+def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float) -> str:
     """How many rounds in all would likely find the missed slowdown controls' nominal difference at
     the spread of round differences just measured (the plan-aware count of every "about N rounds"),
     and the command that continues this confirmation to them (a second stage: `run_confirmation`);
@@ -402,13 +411,13 @@ def _rounds_hint(missed: list[tuple[Arm, MetricVerdict]], alpha: float, blocks: 
         nominal, done = _nominal_difference(arm), verdict.n_a
         if not nominal or not math.isfinite(verdict.cv):
             continue
-        need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1, arms=blocks)
+        need = rounds_needed(verdict.cv, nominal, alpha, first=done + 1)
         if need is None:
             hints.append((MAX_PLANNED_ROUNDS + 1, f"; at this noise even {MAX_PLANNED_ROUNDS} rounds would likely "
                           "not find the control's difference: this host is too noisy for a verdict now"))
             continue
         more = _continue_command(need, done)
-        if (rounds_needed(verdict.cv, nominal, alpha, arms=blocks) or need) > done:
+        if (rounds_needed(verdict.cv, nominal, alpha) or need) > done:
             hints.append((need, f"; at this noise about {need} rounds in all would find the control's "
                                 f"difference ({more})"))
         else:

@@ -346,7 +346,7 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
         report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
-    how = (f"sequential: looks at {looks_text(looks)} rounds{boundary_text(run.boundary, 2)}"
+    how = (f"sequential: looks at {looks_text(looks)} rounds{boundary_text(run.boundary)}"
            if looks and len(looks) > 1 else "one look")
     report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
                         f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together "

@@ -1,26 +1,35 @@
 """The confirmation's test: several arms against the default, measured in complete rounds (blocks).
 
 A confirmation starts every arm once a round (search/confirm/confirm.py), so its rounds are the blocks of
-a randomized complete block design: the log value of arm j in round r is mu_j + b_r + e_jr. The
-round's shift b_r (the host's drift, shared by every arm of a round) cancels in each arm's
-within-round difference from the default, as in the paired test (search/verdicts/sequential.py); but the
-start noise e_jr is estimated from all K arms' residuals, (K - 1)(n - 1) degrees of freedom, where
-one arm's differences alone have n - 1. At 4 rounds of 3 arms that is 6 instead of 3: the t
-quantile of a 98.9% interval falls from 5.6 to 3.6 and the interval narrows about 1.5x at the same
-noise (docs/search.md, "The confirmation's test").
+a randomized complete block design: the log value of arm j in round r is mu_j + b_r + e_jr. The round's
+shift b_r (the host's drift, shared by every arm of a round) cancels in each arm's within-round
+difference from the default. Each arm is judged by the paired test on those differences
+(search/verdicts/sequential.py: their own spread, rounds - 1 degrees of freedom, the paired Pocock
+threshold), on the rounds in which every arm was measured.
 
-Pooling assumes every arm's starts are as noisy as the others'. An arm noisier than the rest (a
-speculative config whose acceptance varies) would get too narrow an interval: each arm's spread
-is the larger of its own within-round differences' and the pooled one, so no arm is judged quieter
-than it measured. Under equal noise that is conservative; the sequential threshold (a Pocock
-boundary on p values, as the paired test's) is simulated for exactly this statistic, so the chance
-that any look crosses it under no change is alpha. The interval's label, 1 - p*, is then a lower
-bound on its coverage at a look (simulated: a single look labelled 97.4% covers 98.0%; a plan
-of looks at 3 and 4 rounds, labelled 98.5%, covers 98.8% at each). With two arms it is the paired test.
+Why not pool the start noise over the arms (as this test once did: the residuals of the arms x rounds table,
+(K - 1)(n - 1) degrees of freedom, each arm's spread the larger of its own and the pooled one). Pooling
+is exact only when every arm's starts are equally noisy, and nothing in a confirmation shows that they
+are: with three arms, the arms' residual covariance has exactly as many free entries as there are
+arm variances, so the heteroscedastic estimate of var(arm j - default) (per-arm variances, the
+Satterthwaite route) is the arm's own differences' variance, at its own rounds - 1 df: the paired test.
+The pooled spread estimates 2 x the arms' mean variance, below var(default) + var(arm j) when the
+default or the arm is the noisy one, and at 4-6 rounds no check can tell a 1.5x noisier arm from an
+equal one. Simulated (tests/search/test_blocked.py; bench/experiments/blocked_test/unequal_noise.py),
+3 arms, looks at 3..6 rounds, alpha 0.02, no true difference: the pooled rule called 4.4% different at
+start noise (2%, 5%, 2%) and 5.9% at (1.5%, 6%, 1.5%); taking the pooled spread's df only when it is
+the larger one, 3.7% and 4.4%; 2.8% even at (2%, 3%, 2%); a threshold made safe for noise ratios up
+to 4x cost more power than it bought. The paired test holds alpha at every noise ratio (2.0%) and
+costs power at equal noise (a -5% change at 3% noise within 6 rounds: 27% instead of 42%): that power
+is to come back from noise measured before (a noise store), not from an assumption of equal noise.
+
+The pooled spread is still printed in the note: an arm whose own spread is far from it is noisier or
+quieter than the rest, which is worth knowing. With two arms it is the paired test outright.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -33,28 +42,26 @@ from search.verdicts.gate import (
     Direction,
     MetricVerdict,
 )
-from search.verdicts.sequential import (
-    RoundSpread,
-    compare_paired,
-    start_values,
-    verdict_on_differences,
-)
+from search.verdicts.sequential import compare_paired, start_values
+
+
+def complete_rounds(arms_runs: Sequence[Sequence[Sequence[float]]]) -> list[int]:
+    """The rounds in which every arm has a value (an arm that failed to start leaves its round out)."""
+    rounds = min(len(runs) for runs in arms_runs)
+    return [r for r in range(rounds) if all(start_values([runs[r]]) for runs in arms_runs)]
 
 
 def round_matrix(arms_runs: Sequence[Sequence[Sequence[float]]]) -> np.ndarray:
     """K x n start values (log scale) over the rounds in which every arm was measured."""
-    rounds = min(len(runs) for runs in arms_runs)
-    kept: list[list[float]] = []
-    for r in range(rounds):
-        values = [start_values([runs[r]]) for runs in arms_runs]
-        if all(values):
-            kept.append([v[0] for v in values])
-    return np.array(kept, dtype=float).T.reshape(len(arms_runs), len(kept))
+    kept = complete_rounds(arms_runs)
+    return np.array([[start_values([runs[r]])[0] for r in kept] for runs in arms_runs],
+                    dtype=float).reshape(len(arms_runs), len(kept))
 
 
 def pooled_diff_sd(x: np.ndarray) -> tuple[float, int]:
-    """The spread of a within-round difference of two arms, sqrt(2) x the residual sd of the
-    arms x rounds table with no interaction, and its degrees of freedom (K - 1)(n - 1)."""
+    """The spread of a within-round difference of two arms were every arm equally noisy: sqrt(2) x the
+    residual sd of the arms x rounds table with no interaction, and its degrees of freedom (K - 1)(n - 1).
+    Shown beside an arm's own spread, not used for the verdict (module docstring)."""
     k, n = x.shape
     df = (k - 1) * (n - 1)
     if df <= 0:
@@ -68,22 +75,23 @@ def compare_blocked(metric: str, arms_runs: Sequence[Sequence[Sequence[float]]],
                     alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
                     looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0) -> MetricVerdict:
     """The verdict for arm `arm` against arm 0 (the default) from every arm's runs grouped by start,
-    round r of each arm in the same block; the spread at least `floor_sd`. Two arms: `compare_paired`."""
+    round r of each arm in the same block: the paired test on the rounds where every arm was measured,
+    the spread at least `floor_sd`; the arms' pooled spread named in the note."""
     if len(arms_runs) <= 2:
         return compare_paired(metric, arms_runs[0], arms_runs[arm], direction=direction, min_effect=min_effect,
                               alpha=alpha, power=power, looks=looks, gated=gated, floor_sd=floor_sd)
-    x = round_matrix(arms_runs)
-    k, n = x.shape
-
-    def spread(diffs: np.ndarray) -> RoundSpread:
-        own, (pooled, df) = float(diffs.std(ddof=1)), pooled_diff_sd(x)
-        which = "its own" if own >= pooled else "the arms' pooled"
-        return RoundSpread(max(own, pooled), df, f"{n} rounds x {k} arms (blocks); spread of a round's difference "
-                           f"{_pct(own)} for this arm, {_pct(pooled)} pooled over the arms ({df} df): {which} used")
-
-    return verdict_on_differences(metric, list(x[0]), list(x[arm]), spread, k,
-                                  "fewer than 2 rounds with every arm measured", direction, min_effect, alpha, power,
-                                  looks, gated, floor_sd)
+    kept = complete_rounds(arms_runs)
+    verdict = compare_paired(metric, [arms_runs[0][r] for r in kept], [arms_runs[arm][r] for r in kept],
+                             direction=direction, min_effect=min_effect, alpha=alpha, power=power, looks=looks,
+                             gated=gated, floor_sd=floor_sd)
+    if len(kept) < 2:
+        return verdict
+    pooled, df = pooled_diff_sd(round_matrix(arms_runs))
+    own = verdict.cv
+    return dataclasses.replace(verdict, note=(
+        f"{len(arms_runs)} arms, each by its own differences from the default (spread {_pct(own)}, "
+        f"{len(kept) - 1} df); pooled over the arms {_pct(pooled)} ({df} df, not used: it holds only "
+        f"where every arm is as noisy as the others); {verdict.note}"))
 
 
 def _pct(v: float) -> str:

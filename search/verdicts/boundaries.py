@@ -5,8 +5,8 @@ on first use for a plan the table lacks.
 A plan looks after several round counts; looking many times inflates false alarms, so every look
 uses one nominal p threshold p* chosen by simulation so that the chance of any look crossing it under
 no change is alpha (a Pocock boundary on p values; the t statistic's null distribution does not
-depend on the unknown variances). The paired test (search/verdicts/sequential.py) and the confirmation's
-blocked test (search/verdicts/blocked.py: the larger of an arm's own and the pooled spread) each have theirs.
+depend on the unknown variances). The paired test (search/verdicts/sequential.py) uses them, and so does
+the confirmation (search/verdicts/blocked.py: each arm against the default by its own differences).
 The paired test can instead take an O'Brien-Fleming shaped boundary (a threshold per look, growing with the
 look): its constant for the usual plans is stored in the same file, other plans are simulated on first use.
 """
@@ -27,8 +27,6 @@ MIN_STARTS = 3  # fewer starts per side leave df <= 2: the t quantile is too wid
 MAX_PLANNED_ROUNDS = 20  # the longest plan stored in search/data/paired_boundaries.json
 BOUNDARIES = Path(__file__).resolve().parents[1] / "data" / "paired_boundaries.json"
 PAIRED_SIMS = 200_000
-BLOCKED_SIMS = 200_000
-CHUNK = 25_000
 
 
 def looks_text(looks: Sequence[int]) -> str:
@@ -162,95 +160,21 @@ def paired_tables(alphas: Sequence[float], caps: Sequence[int],
     return pocock, obf
 
 
-def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA, arms: int = 2,
-                     boundary: str = "pocock") -> float:
+def look_p_threshold(looks: Sequence[int], n: int, alpha: float = DEFAULT_ALPHA, boundary: str = "pocock") -> float:
     """The p threshold of the look after `n` rounds in a plan with these looks. An O'Brien-Fleming plan's
-    threshold grows with the look; between looks (a run stopped early) the last look passed applies. The
-    blocked (confirmation) test has Pocock thresholds only."""
+    threshold grows with the look; between looks (a run stopped early) the last look passed applies."""
     plan = tuple(sorted(set(k for k in looks if k >= 2)))
-    if boundary == "pocock" or arms > 2 or len(plan) <= 1:
-        return blocked_p_threshold(plan, alpha, arms)
+    if boundary == "pocock" or len(plan) <= 1:
+        return paired_p_threshold(plan, alpha)
     if boundary not in BOUNDARY_KINDS:
         raise ValueError(f"boundary {boundary!r}: one of {', '.join(BOUNDARY_KINDS)}")
     thresholds = obrien_fleming_thresholds(plan, alpha)
     return thresholds[max((i for i, k in enumerate(plan) if k <= n), default=0)]
 
 
-def p_values(x: np.ndarray, looks: tuple[int, ...]) -> np.ndarray:
-    """sims x len(looks) p values of the blocked statistic for arm 1 against arm 0 at each look, from
-    x: sims x arms x rounds start values (log scale)."""
-    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
-    arms = x.shape[1]
-    out = np.ones((x.shape[0], len(looks)))
-    for i, n in enumerate(looks):
-        y = x[:, :, :n]
-        resid = y - y.mean(axis=2, keepdims=True) - y.mean(axis=1, keepdims=True) + y.mean(axis=(1, 2), keepdims=True)
-        df = (arms - 1) * (n - 1)
-        pooled = np.sqrt(2 * (resid ** 2).sum(axis=(1, 2)) / df)
-        d = y[:, 1] - y[:, 0]
-        spread = np.maximum(d.std(axis=1, ddof=1), pooled)
-        out[:, i] = 2 * special.stdtr(df, -np.abs(d.mean(axis=1) / (spread / math.sqrt(n))))
-    return out
-
-
-def _null_p_values(looks: tuple[int, ...], arms: int, sims: int = BLOCKED_SIMS, seed: int = 13) -> np.ndarray:
-    """`p_values` of simulated null confirmations (the arms are exchangeable under no change, so arm 1
-    against arm 0 stands for every arm). Every plan draws the same MAX_PLANNED_ROUNDS rounds, so a
-    plan's threshold is the same whether simulated alone or within the stored table."""
-    # In chunks (the same draws as one: the generator fills them in order): one array of all of them
-    # took 720 MB at 4 arms, too much for a CLI on a small box.
-    rng = np.random.default_rng(seed)
-    rounds = max(MAX_PLANNED_ROUNDS, looks[-1])
-    return np.concatenate([p_values(rng.standard_normal((min(CHUNK, sims - i), arms, rounds)), looks)
-                           for i in range(0, sims, CHUNK)])
-
-
-def _simulate_blocked(looks: tuple[int, ...], alpha: float, arms: int) -> float:
-    """Pocock threshold: the alpha quantile of the smallest p value over the plan's looks."""
-    return float(np.quantile(_null_p_values(looks, arms).min(axis=1), alpha))
-
-
-def blocked_table(alphas: Sequence[float], arms_counts: Sequence[int], firsts: Sequence[int]) -> dict[str, float]:
-    """Thresholds of the plans "looks at first..cap rounds" (cap up to MAX_PLANNED_ROUNDS) and of single
-    looks, for the search/data/paired_boundaries.json table: one simulation per (arms, first). A
-    single look's threshold is above alpha: the larger-spread rule is conservative under equal noise."""
-    table: dict[str, float] = {}
-    for arms in arms_counts:
-        singles = tuple(range(2, MAX_PLANNED_ROUNDS + 1))  # one look (a verdict with no plan)
-        once = _null_p_values(singles, arms)
-        table |= {blocked_key((n,), alpha, arms): float(np.quantile(once[:, i], alpha))
-                  for i, n in enumerate(singles) for alpha in alphas}
-        for first in firsts:
-            looks = tuple(range(first, MAX_PLANNED_ROUNDS + 1))
-            running = np.minimum.accumulate(_null_p_values(looks, arms), axis=1)
-            for i in range(1, len(looks)):
-                for alpha in alphas:
-                    table[blocked_key(looks[:i + 1], alpha, arms)] = float(np.quantile(running[:, i], alpha))
-    return table
-
-
-def blocked_key(looks: tuple[int, ...], alpha: float, arms: int) -> str:
-    return f"{_plan_key(looks, alpha)}|arms={arms}"
-
-
-@lru_cache(maxsize=256)
-def blocked_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA, arms: int = 2) -> float:
-    """Nominal two-sided p threshold of the blocked statistic with `arms` arms looked at after these
-    round counts, overall false-alarm probability alpha under no change: the stored table, else
-    simulated (seeded). Two arms: the paired test's threshold."""
-    looks = tuple(sorted(set(n for n in looks if n >= 2)))
-    if arms <= 2:
-        return paired_p_threshold(looks, alpha)
-    if not looks:
-        return alpha
-    stored = _stored_boundaries().get(blocked_key(looks, alpha, arms))
-    return stored if stored is not None else _simulate_blocked(looks, alpha, arms)
-
-
 def write_boundaries(alphas: Sequence[float], caps: Sequence[int], min_rounds: int = MIN_STARTS) -> dict[str, float]:
     """Simulate the paired thresholds of the usual plans (looks at min_rounds..cap) and store them."""
     table, obf = paired_tables(alphas, caps, min_rounds)
-    table.update(blocked_table(alphas[:4], (3, 4, 5), range(min_rounds, min_rounds + 6)))
     write_table({"thresholds": table, OBF_SECTION: obf})
     return table
 
@@ -263,11 +187,10 @@ def write_table(sections: dict[str, dict[str, float]]) -> None:
         doc = {}
     doc.update(sections)
     doc.update({"method": f"thresholds: Pocock boundary on the paired t test's p values, {PAIRED_SIMS} simulated null "
-                          "runs per plan, seed 11 (search/verdicts/boundaries.py); |arms=K: the blocked test of K "
-                          "arms, "
-                          f"{BLOCKED_SIMS} runs, seed 13; {OBF_SECTION}: c of the O'Brien-Fleming z boundary "
+                          "runs per plan, seed 11 (search/verdicts/boundaries.py); "
+                          f"{OBF_SECTION}: c of the O'Brien-Fleming z boundary "
                           "c * sqrt(N / k), on the paired null runs (seed 11)",
-                "key": "alpha|looks (rounds at each look)[|arms=K]"})
+                "key": "alpha|looks (rounds at each look)"})
     BOUNDARIES.parent.mkdir(parents=True, exist_ok=True)
     BOUNDARIES.write_text(json.dumps(doc, indent=1))
     _stored_boundaries.cache_clear()

@@ -93,7 +93,7 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
                            lambda: parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power,
                                                                          boundary=boundary)))
 
-    return verdict_on_differences(metric, la, lb, spread, 2, "fewer than 2 rounds with both sides measured",
+    return verdict_on_differences(metric, la, lb, spread, "fewer than 2 rounds with both sides measured",
                                   direction, min_effect, alpha, power, looks, gated, floor_sd, boundary)
 
 
@@ -110,12 +110,12 @@ class RoundSpread:
 
 
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
-                           spread: Callable[[np.ndarray], RoundSpread], arms: int, missing: str,
+                           spread: Callable[[np.ndarray], RoundSpread], missing: str,
                            direction: Direction | None, min_effect: float, alpha: float, power: float,
                            looks: Sequence[int] | None, gated: bool, floor_sd: float = 0.0,
                            boundary: str = "pocock") -> MetricVerdict:
     """The verdict on the within-round differences lb - la (log start values, round by round) at the
-    spread `spread` gives, with the sequential threshold of `arms` arms (2: paired; more: blocked).
+    spread `spread` gives, with the paired test's sequential threshold.
     The spread is never taken below `floor_sd`: values that move in coarse steps can repeat exactly
     round after round, and a zero spread would claim a point interval and a zero smallest detectable
     change that the values' resolution cannot support."""
@@ -139,16 +139,16 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                                               f"resolution allows", used.advice)
     se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
-    p_star = look_p_threshold(plan, n, alpha, arms, boundary)
+    p_star = look_p_threshold(plan, n, alpha, boundary)
     t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
     p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
     ratio, low, high = math.exp(d), exp_or_inf(d - half), exp_or_inf(d + half)
     mde = exp_or_inf((t_crit + float(special.stdtrit(used.df, power))) * se) - 1
-    need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], arms=arms, boundary=boundary)
+    need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], boundary=boundary)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
-            + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary, arms)})" if len(plan) > 1 else "")
+            + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary)})" if len(plan) > 1 else "")
             + drift_note(diffs))
     if verdict == "inconclusive" and (need is None or need > n):
         note += (f"; {rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
@@ -163,8 +163,8 @@ def exp_or_inf(x: float) -> float:
     return math.exp(x) if x < 709.0 else math.inf
 
 
-def boundary_text(boundary: str, arms: int) -> str:
-    return ", O'Brien-Fleming boundary" if boundary != "pocock" and arms <= 2 else ""
+def boundary_text(boundary: str) -> str:
+    return ", O'Brien-Fleming boundary" if boundary != "pocock" else ""
 
 
 # A trend in the rounds' differences is looked for from this many rounds on, and named below this p value
@@ -189,15 +189,15 @@ def drift_note(diffs: np.ndarray) -> str:
 
 
 def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha: float = DEFAULT_ALPHA,
-                  power: float = DEFAULT_POWER, first: int = MIN_STARTS, arms: int = 2,
+                  power: float = DEFAULT_POWER, first: int = MIN_STARTS,
                   boundary: str = "pocock") -> int | None:
     """The fewest rounds N whose plan (looks at `first`..N rounds, its `boundary`'s threshold at the last look,
     alpha) detects a change of min_effect with `power` at this spread of within-round differences:
     the smallest N whose `mde` is at most min_effect (t quantiles at N - 1 degrees of freedom).
     None: not within MAX_PLANNED_ROUNDS. (A normal approximation at the current threshold promised
     "about 4 rounds" right after 4 rounds had missed a control: at 3 df and p* = 0.011 the
-    t quantile is 2.2x the normal one, and a longer plan lowers p*.) With `arms` > 2 the rounds are
-    blocks of that many arms (search/verdicts/blocked.py): (arms - 1)(N - 1) degrees of freedom, its threshold."""
+    t quantile is 2.2x the normal one, and a longer plan lowers p*.) A confirmation's arms are each judged
+    this way against the default (search/verdicts/blocked.py), so the count holds for them too."""
     from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
 
     if not math.isfinite(sd_diff) or min_effect <= 0:
@@ -206,21 +206,20 @@ def rounds_needed(sd_diff: float, min_effect: float = DEFAULT_MIN_EFFECT, alpha:
     first = max(first, MIN_STARTS)
 
     def detects(n: int, p_star: float) -> bool:
-        df = max(1, arms - 1) * (n - 1)
+        df = n - 1
         return float((special.stdtrit(df, 1 - p_star / 2) + special.stdtrit(df, power)) * sd_diff
                      / math.sqrt(n)) <= target
 
-    # No plan ending at N has a higher threshold than one look at N (alpha paired; at most 1.4 alpha blocked,
-    # simulated for 3-8 arms; 2 alpha taken): a lower bound found without simulating. Above it a bisection
-    # (N = MAX_PLANNED_ROUNDS + 1 stands for "none"): walking every count took 9-10 s for one hint.
-    ceiling = alpha if arms <= 2 else 2 * alpha
-    low = next((n for n in range(first, MAX_PLANNED_ROUNDS + 1) if detects(n, ceiling)), None)
+    # No plan ending at N has a higher threshold than one look at N (alpha): a lower bound found without
+    # simulating. Above it a bisection (N = MAX_PLANNED_ROUNDS + 1 stands for "none"): walking every count took
+    # 9-10 s for one hint.
+    low = next((n for n in range(first, MAX_PLANNED_ROUNDS + 1) if detects(n, alpha)), None)
     if low is None:
         return None
     lo, hi = low, MAX_PLANNED_ROUNDS + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if detects(mid, look_p_threshold(tuple(range(first, mid + 1)), mid, alpha, arms, boundary)):
+        if detects(mid, look_p_threshold(tuple(range(first, mid + 1)), mid, alpha, boundary)):
             hi = mid
         else:
             lo = mid + 1
