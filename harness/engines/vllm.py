@@ -205,7 +205,8 @@ class VllmEngine(Engine):
                      env: Mapping[str, str], port: int) -> LaunchSpec:
         rest = dict(flags)
         spec_config = _speculative_config(rest, model)
-        argv = [*settings.command, "--model", model.path, "--host", settings.host, "--port", str(port)]
+        argv = [*settings.command, *_model_args(settings.command, model.path), "--host", settings.host,
+                "--port", str(port)]
         argv += dashed_flags(rest, _NEGATABLE)
         if spec_config:
             argv += ["--speculative-config", spec_config]
@@ -326,6 +327,15 @@ class VllmEngine(Engine):
     def thinking_extras(self, on: bool) -> dict[str, Any]:
         # Per request; the server-wide default is --default-chat-template-kwargs '{"enable_thinking": false}'.
         return {"chat_template_kwargs": {"enable_thinking": on}}
+
+
+def _model_args(command: tuple[str, ...], path: str) -> list[str]:
+    """`vllm serve MODEL`: the model is positional after `serve` (vLLM 0.32 warns that "The `--model`
+    option will be removed" there, utils/argparse_utils.py). `python -m vllm.entrypoints.openai.api_server`
+    and an image's own entrypoint keep `--model`: api_server's parser takes a positional model_tag
+    but, unlike `vllm serve`, never copies it into the model it loads, and what an entrypoint runs is
+    not known here."""
+    return [path] if command and command[-1] == "serve" else ["--model", path]
 
 
 def _spec_tokens(flags: Mapping[str, Any]) -> int:

@@ -35,7 +35,9 @@ def test_seed_flags_are_spelled_as_vllm_spells_them() -> None:
                   "moe_backend": "marlin", "enforce_eager": False, "mm_encoder_attn_backend": "TORCH_SDPA",
                   "default_chat_template_kwargs": {"enable_thinking": False},
                   "speculative_method": "mtp", "num_speculative_tokens": 2})
-    assert argv[:8] == ["vllm", "serve", "--model", "/models/m", "--host", "127.0.0.1", "--port", "8000"]
+    # `vllm serve MODEL`: positional (vLLM 0.32 deprecates --model there).
+    assert argv[:7] == ["vllm", "serve", "/models/m", "--host", "127.0.0.1", "--port", "8000"]
+    assert "--model" not in argv
     text = " ".join(argv)
     for part in ("--max-model-len 131072", "--max-num-seqs 4", "--max-num-batched-tokens 8192",
                  "--gpu-memory-utilization 0.9", "--kv-cache-dtype fp8", "--enable-prefix-caching",
@@ -66,6 +68,15 @@ def test_env_switches_and_docker_settings_reach_the_spec() -> None:
     assert spec.launcher == "docker" and spec.gpus == "all" and spec.ipc_host
     line = spec.command_line()
     assert "--gpus all" in line and "-v /models:/models:ro" in line and "VLLM_USE_FLASHINFER_MOE_FP4=0" in line
+
+
+def test_the_model_is_positional_only_after_serve() -> None:
+    """api_server's parser takes a positional model_tag but never loads it (only `vllm serve` copies
+    it into --model), and an image's own entrypoint is unknown: both keep --model."""
+    api = build({}, command=("python", "-m", "vllm.entrypoints.openai.api_server"))
+    assert api[3:5] == ["--model", "/models/m"]
+    assert build({}, command=("@entrypoint",))[1:3] == ["--model", "/models/m"]
+    assert build({}, command=("@entrypoint", "serve"))[:3] == ["@entrypoint", "serve", "/models/m"]
 
 
 def test_parse_a_real_vllm_cpu_startup_log() -> None:
