@@ -124,6 +124,9 @@ KV_BYTES_FACTOR: dict[str, float] = {
     "iq4_nl": 0.28, "nvfp4": 0.28, "fp4_e2m1": 0.28, "int4_per_token_head": 0.28,
     "turboquant_k8v4": 0.38, "turboquant_4bit_nc": 0.25, "turboquant_k3v4_nc": 0.22,
     "turboquant_3bit_nc": 0.19,
+    # The INT4-AutoRound recipe's own TurboQuant patch (its v2-tq image): 4x the tokens of its 16-bit
+    # cache (1.4M vs 355K) in the same memory.
+    "turboquant35": 0.25,
 }
 
 
