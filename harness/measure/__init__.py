@@ -2,5 +2,5 @@
 
 __all__ = [
     "capacity", "client", "external_bench", "measure", "metric_registry", "metrics", "natural_end",
-    "roofline", "stability", "stats", "steady", "user_prompts", "window", "workloads",
+    "roofline", "sample", "stability", "stats", "steady", "user_prompts", "window", "workloads",
 ]

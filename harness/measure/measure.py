@@ -40,6 +40,7 @@ from harness.measure import metrics as prom
 from harness.measure.client import RequestResult, server_client, stream_chat
 from harness.measure.natural_end import NATURAL_REPEAT, NaturalEnd, natural_end, speculating
 from harness.measure.roofline import Roofline
+from harness.measure.sample import RunSample
 from harness.measure.stats import Stat, log_mean_rel_halfwidth, percentile, summarize
 from harness.measure.steady import (
     DEFAULT_POLICY,
@@ -56,27 +57,6 @@ from harness.measure.workloads import PreparedRequest, PreparedWorkload, Sizer, 
 
 Progress = Callable[[str], None]
 QUANTILES = (50, 90, 95, 99)
-
-
-@dataclass
-class RunSample:
-    repeat: int  # -1 for the warmup run
-    wall_s: float
-    requests: list[RequestResult]
-    server: dict[str, float]  # canonical counter deltas over this run (+ gauge peaks: *_peak)
-    metrics: dict[str, float]
-    errors_by_kind: dict[str, int]
-    histograms: dict[str, float] = field(default_factory=dict)  # server histogram means over this run
-    metrics_error: str | None = None  # why the server's /metrics could not be read, if so
-    flags: list[str] = field(default_factory=list)  # why this run looks stalled or an outlier
-    excluded: bool = False  # left out of the summary (re-measured): a stall, not the config
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"repeat": self.repeat, "wall_s": self.wall_s, "server": self.server, "metrics": self.metrics,
-                "flags": self.flags, "excluded": self.excluded,
-                "errors_by_kind": self.errors_by_kind, "histograms": self.histograms,
-                "metrics_error": self.metrics_error,
-                "requests": [r.to_dict() for r in self.requests]}
 
 
 @dataclass

@@ -16,10 +16,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.measure.measure import RunSample
+from harness.measure.sample import RunSample
 
 # The prompts of this run are drawn under their own variant: no measured run or warm-up sent them.
 NATURAL_REPEAT = 6_000

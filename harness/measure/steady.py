@@ -7,15 +7,13 @@ import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from harness.measure.sample import RunSample
 from harness.measure.stats import log_mean_rel_halfwidth, robust_z
 from harness.measure.window import token_times
-
-if TYPE_CHECKING:
-    from harness.measure.measure import RunSample
 
 
 @dataclass(frozen=True)

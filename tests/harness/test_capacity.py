@@ -11,7 +11,8 @@ import pytest
 from harness.engines import get_engine
 from harness.measure.capacity import LoadStep, Slo, search, step_of
 from harness.measure.client import RequestResult
-from harness.measure.measure import RunSample, WorkloadMeasurement
+from harness.measure.measure import WorkloadMeasurement
+from harness.measure.sample import RunSample
 from harness.measure.stability import StabilitySample, drift
 from harness.measure.stats import summarize
 

@@ -11,7 +11,6 @@ import pytest
 from harness.engines.base import FeatureExpectation, ModelChoice
 from harness.measure.client import RequestResult
 from harness.measure.measure import (
-    RunSample,
     check_placebo,
     consistency_warnings,
     run_metrics,
@@ -19,6 +18,7 @@ from harness.measure.measure import (
     tokens_per_step,
 )
 from harness.measure.roofline import BOOT_ID, Roofline, build_roofline, bytes_per_token, host_copy_bandwidth, per_boot
+from harness.measure.sample import RunSample
 from harness.measure.stats import summarize
 
 

