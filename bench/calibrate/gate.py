@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from statistics import median
 
 from harness.measure.stats import clopper_pearson, clopper_pearson_upper
-from search.regress.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.regress.ab import ABRun, SequentialPlan, report_from_run, sequential_stop
+from search.regress.sides import SideResult
 from search.verdicts.gate import MetricVerdict
 
 

@@ -35,10 +35,11 @@ from typing import Any
 from harness.builds.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
 from harness.host.hostload import host_speed_note, load_note
-from search.commands.regress import Source, _progress, resolve_source
+from search.commands.regress import _progress
 from search.exit_codes import Exit
 from search.regress.ab import kept_unpinned_note, run_interleaved, subject_from
 from search.regress.baseline import parse_assignments
+from search.regress.sides import Source, resolve_source
 from search.store.results import read_json, write_json_atomic
 from search.study.scoring import measure_settings
 from search.terminal import make_console

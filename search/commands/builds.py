@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-from dataclasses import dataclass
 
-from harness.builds.builds import BuildSpec, describe, dry_run_commands, ensure_build, parse_build
+from harness.builds.builds import describe, dry_run_commands, ensure_build, parse_build
 from harness.builds.cache import builds_dir, list_builds, prune_builds
-from harness.engines import EngineSettings
-from search.commands.regress import _progress, err
-from search.exit_codes import Exit
-from search.regress.nightly import refuse_kind
+from search.commands.regress import _progress
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -53,49 +48,6 @@ def cmd_make(args: argparse.Namespace) -> int:
     build = ensure_build(spec, _progress(args.quiet))
     print(describe(build))
     print(build.python or build.command or build.image)
-    return 0
-
-
-@dataclass
-class Side:
-    """One side of a regress or ab run as planned: its build spec (None: the engine as configured)."""
-
-    name: str  # "baseline", "candidate", "A", "B"
-    owner: str  # the baseline's name or the config's label, for the messages
-    settings: EngineSettings  # the engine the side's config runs
-    spec: BuildSpec | None
-    what: str = "baseline"  # "config" for ab's sides (search.regress.nightly.refuse_kind's hints)
-
-
-def side_spec(build: str | None, python: str | None = None, image: str | None = None) -> BuildSpec | None:
-    """What replaces a side's engine: its --*-build spec, else its --*-python or --*-image option."""
-    if build:
-        return parse_build(build)
-    if python:
-        return BuildSpec(kind="python", value=python)
-    return BuildSpec(kind="image", value=image) if image else None
-
-
-def plan_sides(sides: list[Side], dry_run: bool) -> int | None:
-    """Before anything is built: refuse a side whose build cannot drive its engine (exit 2, pip against
-    a Docker engine, an image against a process); with dry_run print each side's exact install, pull or
-    build (refs resolved; nothing installed, pulled, built or measured) and return 0. None: go on."""
-    refusals = [why for s in sides
-                if s.spec and (why := refuse_kind(s.spec, s.settings, s.owner, f"{s.name} build", s.what))]
-    for why in refusals:
-        err.print(f"[red]refused[/]: {why}")
-    if refusals:
-        return Exit.USAGE
-    if not dry_run:
-        return None
-    for s in sides:
-        if s.spec is None:
-            engine = f"image {s.settings.image}" if s.settings.launcher == "docker" else shlex.join(s.settings.command)
-            print(f"# {s.name}: nothing to build; runs the engine as configured ({engine})")
-            continue
-        print(f"# {s.name}: {s.spec.text()}")
-        for line in dry_run_commands(s.spec):
-            print(line)
     return 0
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from search.regress.ab import (
 from search.regress.baseline import (
     Baseline,
     baseline_from_study,
-    config_params,
     load_baseline,
     parse_assignments,
     pin,
@@ -41,7 +39,8 @@ from search.regress.baseline import (
 from search.regress.claims import hardware_here, judge_claim, parse_claim
 from search.regress.explain import explain_claim, subject_changes
 from search.regress.gate_report import GateReport
-from search.space.space import Config, Space
+from search.regress.sides import Side, plan_sides, resolve_source, side_spec
+from search.space.space import Space
 from search.store.results import ResultsError, write_json_atomic, write_text_atomic
 from search.study.scoring import measure_settings
 from search.terminal import make_console
@@ -58,41 +57,6 @@ def _progress(quiet: bool) -> Any:
         if not quiet:
             err.print(f"[dim]{time.monotonic() - t0:7.1f}s[/] {text}", soft_wrap=True)
     return show
-
-
-@dataclass
-class Source:
-    """A config to measure: where it came from, its one-point space and its pinned values."""
-
-    label: str
-    space: Space
-    config: Config
-    baseline: Baseline | None = None
-
-
-def resolve_source(text: str, overrides: dict[str, Any]) -> Source:
-    """A baseline JSON, a space YAML (its default config), or a study's results folder (its best trial,
-    or FOLDER:N for trial N); `overrides` set parameters on top."""
-    path, _, trial = text.partition(":") if not Path(text).exists() else (text, "", "")
-    p = Path(path)
-    if p.suffix == ".json" and p.is_file():
-        baseline = load_baseline(p)
-        params = {**baseline.params, **overrides}
-        space, config = pinned_space(baseline.config, params, str(p))
-        return Source(f"{baseline.name}", space, config, baseline)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        doc = raw_space_doc(p)
-        from search.space.space import load_space
-
-        params = config_params(load_space(p), overrides)
-        space, config = pinned_space(doc, params, str(p))
-        return Source(p.stem, space, config)
-    if p.is_dir():
-        b = baseline_from_study(p, "_", int(trial) if trial else None)
-        params = {**b.params, **overrides}
-        space, config = pinned_space(b.config, params, str(p))
-        return Source(f"{p.name}#{b.source['trial']}", space, config)
-    raise ValueError(f"{text!r}: not a baseline .json, a space .yaml or a study results folder")
 
 
 def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) -> None:
@@ -198,8 +162,6 @@ def cmd_regress(args: argparse.Namespace) -> int:
             or args.candidate_build):
         raise ValueError("name the candidate: --candidate-build, --candidate-python, --candidate-command, "
                          "--candidate-image, --candidate-env or --candidate-flag")
-    from search.commands.builds import Side, plan_sides, side_spec  # (that module imports this one)
-
     settings = space.engine_settings(config.engine)
     planned = plan_sides([Side("baseline", baseline.name, settings, side_spec(args.baseline_build)),
                           Side("candidate", baseline.name, settings,
@@ -287,8 +249,6 @@ def cmd_ab(args: argparse.Namespace) -> int:
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
     side: dict[str, Any] = {}
     claims = [parse_claim(c) for c in args.claim or []]
-    from search.commands.builds import Side, plan_sides, side_spec  # (that module imports this one)
-
     planned = plan_sides([Side(key.upper(), f"{key.upper()} ({src.label})",
                                src.space.engine_settings(src.config.engine),
                                side_spec(getattr(args, f"{key}_build"), getattr(args, f"{key}_python"),

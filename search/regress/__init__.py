@@ -2,5 +2,5 @@
 
 __all__ = [
     "ab", "baseline", "claims", "explain", "gate_report", "history", "kernel_path", "log_diff", "nightly",
-    "nightly_plan", "prereq",
+    "nightly_plan", "prereq", "sides",
 ]

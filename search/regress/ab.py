@@ -15,7 +15,6 @@ SIGTERM returns what it measured (`ABRun.interrupted`) so that its partial repor
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from harness.quality.quality import QualityModel
 from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
 from search.regress.gate_report import GateReport
 from search.regress.log_diff import log_diff
+from search.regress.sides import SideResult
 from search.space.space import Config, Space
 from search.verdicts.boundaries import looks_text
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
@@ -102,33 +102,6 @@ def subject_from(space: Space, config: Config, label: str, command: str | None =
         settings = replace(settings, image=image)
     return Subject(label=label, settings=settings, model=space.model_choice(config.model),
                    flags={**cfg_flags, **(flags or {})}, env={**cfg_env, **(env or {})}, request=request)
-
-
-@dataclass
-class SideResult:
-    label: str
-    command: str = ""
-    dialect: str = ""  # the engine module that read its logs (names its kernel paths)
-    samples: dict[str, list[float]] = field(default_factory=dict)  # metric -> one value per round
-    runs: dict[str, list[list[float]]] = field(default_factory=dict)  # metric -> per start, every counted run
-    startup: dict[str, Any] = field(default_factory=dict)  # StartupInfo of the first start
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    quality: dict[str, Any] | None = None  # the first start's quality result
-    quality_starts: list[dict[str, Any]] = field(default_factory=list)  # every start's, up to QUALITY_STARTS
-    warnings: list[str] = field(default_factory=list)
-    placebo: list[str] = field(default_factory=list)
-    log_paths: list[str] = field(default_factory=list)
-    # workload -> each measured start's warm-up and length decisions (harness.measure.steady.SteadyState)
-    steady: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    # Set when the side did not start: side, round, command, cause, line (the deciding log line), log.
-    failure: dict[str, Any] | None = None
-
-    def add(self, metric: str, value: float | None) -> None:
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            self.samples.setdefault(metric, []).append(float(value))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -4,9 +4,10 @@ to change (flags, environment, command) and the kernel path each side's engine s
 
 from __future__ import annotations
 
-from search.regress.ab import SideResult, Subject
+from search.regress.ab import Subject
 from search.regress.claims import ClaimResult
 from search.regress.kernel_path import kernel_path, kernel_path_differences, touched_labels
+from search.regress.sides import SideResult
 
 
 def subject_changes(a: Subject, b: Subject) -> list[str]:

@@ -4,13 +4,9 @@ fingerprints."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from harness.host.fingerprint import MATERIAL, material_differences
 from search.regress.kernel_path import kernel_path_differences
-
-if TYPE_CHECKING:
-    from search.regress.ab import SideResult
+from search.regress.sides import SideResult
 
 
 def log_diff(a: SideResult, b: SideResult) -> list[str]:

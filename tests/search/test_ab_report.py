@@ -16,11 +16,12 @@ import numpy as np
 from harness.engines.llamacpp import LlamaCppEngine
 from harness.session import LaunchFailed
 from search.exit_codes import Exit
-from search.regress.ab import ABRun, SideResult, deciding_line, report_from_run
+from search.regress.ab import ABRun, deciding_line, report_from_run
 from search.regress.claims import judge_claim, parse_claim
 from search.regress.explain import explain_claim
 from search.regress.gate_report import GateReport
 from search.regress.kernel_path import kernel_path_differences
+from search.regress.sides import SideResult
 from search.verdicts.gate import EXIT_PASS, EXIT_REGRESSION, compare
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.engines import get_engine
-from search.regress.ab import SideResult
 from search.regress.claims import judge_claim, parse_claim
 from search.regress.explain import explain_claim
+from search.regress.sides import SideResult
 from search.verdicts.gate import MetricVerdict
 
 CUDA_LOG = Path(__file__).resolve().parents[1] / "data" / "llamacpp_cuda_ready.log"

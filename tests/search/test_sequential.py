@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from search.regress.ab import ABRun, SequentialPlan, SideResult, report_from_run, sequential_stop
+from search.regress.ab import ABRun, SequentialPlan, report_from_run, sequential_stop
 from search.regress.gate_report import GateReport
+from search.regress.sides import SideResult
 from search.verdicts.boundaries import (
     BOUNDARIES,
     OBF_SECTION,
