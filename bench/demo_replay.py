@@ -2,7 +2,7 @@
 default first, the space-filling design, then guided configs up to the demo's trials, each start
 drawn from the table's spread (bench/noisy_replay.py: Noise); then the demo's confirmation of the
 best config other than the default against it and the 10% positive control, with the product's test and
-answer (search/confirm/confirm.py: judge, _answer): DEMO_ROUNDS rounds at most, DEMO_REPEATS runs a start,
+answer (search/confirm/confirm.py: judge, confirmation_answer): DEMO_ROUNDS rounds at most, DEMO_REPEATS runs a start,
 each start's level N(0, the noise level) and its runs the table's run residuals drawn again. Two
 scores per noise level: the ranking's best within 5% of the table's best median at the demo's load,
 and the answer within 5%: the confirmed winner, else the default (kept when nothing is confirmed,
@@ -17,7 +17,7 @@ import numpy as np
 
 from bench.common import typed_cell
 from bench.noisy_replay import Noise, Run, guided_step, level_sd, measured_runs
-from search.confirm.confirm import Arm, _answer, judge
+from search.confirm.confirm import Arm, confirmation_answer, judge
 from search.sampling.sampler import latin_design
 from search.verdicts.sequential import MIN_STARTS, settled
 
@@ -73,7 +73,7 @@ def demo_confirm(medians: dict[str, float], noise: Noise, start_sd: float, seed:
             verdicts = judge(arms, "demo.decode_tok_s", "maximize", 0.03, looks)
             if all(settled(v) for v in verdicts.values()):
                 break
-    answer, winner = _answer(arms, verdicts, False, "maximize")
+    answer, winner = confirmation_answer(arms, verdicts, False, "maximize")
     return winner is not None, answer.startswith("verdict withheld")
 
 

@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -62,6 +64,17 @@ def make_console(stderr: bool = False) -> Console:
 
 out = make_console()
 err = make_console(stderr=True)
+
+
+def progress_printer(quiet: bool) -> Callable[[str], None]:
+    """A long command's progress callback: each line on stderr after the seconds since it was made
+    (nothing with `quiet`)."""
+    t0 = time.monotonic()
+
+    def show(text: str) -> None:
+        if not quiet:
+            err.print(f"[dim]{time.monotonic() - t0:7.1f}s[/] {text}", soft_wrap=True)
+    return show
 
 
 def safe(text: Any) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.calibrate.confirmations import load
-from search.confirm.confirm import Arm, _answer, judge
+from search.confirm.confirm import Arm, confirmation_answer, judge
 from search.verdicts.gate import MetricVerdict
 
 LOOKS = re.compile(r"looks at (\d+)\.\.(\d+) rounds")
@@ -81,8 +81,8 @@ def table(paths: list[Path]) -> str:
             ratios.append(ratio)
             lines.append(f"| {name} | {c['rounds']} ({looks[0]}..{looks[-1]}), {level} | {labels[key]} | "
                          f"{_ci(old[key])} | {_ci(new[key])} | {ratio:.2f} |")
-        answers.append(f"- {name}: as stored: {_head(_answer(arms, old, False, c['direction'])[0])}; "
-                       f"now: {_head(_answer(arms, new, False, c['direction'])[0])}")
+        answers.append(f"- {name}: as stored: {_head(confirmation_answer(arms, old, False, c['direction'])[0])}; "
+                       f"now: {_head(confirmation_answer(arms, new, False, c['direction'])[0])}")
     mid = statistics.median(ratios) if ratios else math.nan
     return "\n".join([*lines, "", f"median width ratio {mid:.2f} over {len(ratios)} comparisons", "", *answers])
 

@@ -35,14 +35,13 @@ from typing import Any
 from harness.builds.builds import Build, BuildError, BuildSpec, ensure_build, parse_build
 from harness.files import load_yaml
 from harness.host.hostload import host_speed_note, load_note
-from search.commands.regress import _progress
 from search.exit_codes import Exit
 from search.regress.ab import kept_unpinned_note, run_interleaved, subject_from
 from search.regress.baseline import parse_assignments
 from search.regress.sides import Source, resolve_source
 from search.store.results import read_json, write_json_atomic
 from search.study.scoring import measure_settings
-from search.terminal import make_console
+from search.terminal import make_console, progress_printer
 from search.verdicts.gate import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_EFFECT,
@@ -193,7 +192,7 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     # The space's own measurement policy (how many warmups at most, stalls): a probe is many runs.
     settings = measure_settings(src.space, metric, args.repeats)
     run = run_interleaved(a, b, workloads, settings, extra_rounds, logs,
-                          None, restart=not args.keep_servers, progress=_progress(args.quiet))
+                          None, restart=not args.keep_servers, progress=progress_printer(args.quiet))
     done = run.rounds_done  # a round cut by Ctrl-C or a failed start has one side only: left out
     probe.samples_a += run.a.samples.get(metric, [])[:done]
     probe.samples_b += run.b.samples.get(metric, [])[:done]
@@ -291,7 +290,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                 judge_probe(p, metric, args.min_effect, args.alpha, args.max_rounds, args.rounds,
                             kept=args.keep_servers)
         err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
-    show = _progress(args.quiet)
+    show = progress_printer(args.quiet)
     builds: dict[int, Build] = {}
 
     def build(i: int) -> Build:

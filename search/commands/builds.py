@@ -7,7 +7,7 @@ import json
 
 from harness.builds.builds import describe, dry_run_commands, ensure_build, parse_build
 from harness.builds.cache import builds_dir, list_builds, prune_builds
-from search.commands.regress import _progress
+from search.terminal import progress_printer
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -45,7 +45,7 @@ def cmd_make(args: argparse.Namespace) -> int:
         for line in dry_run_commands(spec):
             print(line)
         return 0
-    build = ensure_build(spec, _progress(args.quiet))
+    build = ensure_build(spec, progress_printer(args.quiet))
     print(describe(build))
     print(build.python or build.command or build.image)
     return 0

@@ -50,7 +50,7 @@ from search.regress.nightly_plan import (
     torch_cuda_problem,
 )
 from search.store.results import write_json_atomic
-from search.terminal import make_console
+from search.terminal import make_console, progress_printer
 from search.verdicts.boundaries import BOUNDARY_KINDS
 from search.verdicts.gate import DEFAULT_ALPHA
 
@@ -141,7 +141,7 @@ def _one_baseline(args: argparse.Namespace, path: Path, baseline: Baseline, cand
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    show = regress_cmd._progress(args.quiet)
+    show = progress_printer(args.quiet)
     allow = set(args.allow or [])
     host = host_fingerprint()
     if args.require_gpu and (problem := gpu_problem(host)):

@@ -43,20 +43,11 @@ from search.regress.sides import Side, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import ResultsError, write_json_atomic, write_text_atomic
 from search.study.scoring import measure_settings
-from search.terminal import make_console
+from search.terminal import make_console, progress_printer
 from search.verdicts.boundaries import BOUNDARY_KINDS
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
-
-
-def _progress(quiet: bool) -> Any:
-    t0 = time.monotonic()
-
-    def show(text: str) -> None:
-        if not quiet:
-            err.print(f"[dim]{time.monotonic() - t0:7.1f}s[/] {text}", soft_wrap=True)
-    return show
 
 
 def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) -> None:
@@ -80,7 +71,7 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         baseline = baseline_from_study(source, args.name, args.trial)
     elif source.suffix in (".yaml", ".yml") and source.is_file():
         src = resolve_source(args.source, overrides)
-        build = option_build(args.build, _progress(args.quiet))
+        build = option_build(args.build, progress_printer(args.quiet))
         subject = subject_from(src.space, src.config, src.label, **build_kwargs(build))
         work = Path(args.work_dir or f"results/baseline-{args.name}")
         work.mkdir(parents=True, exist_ok=True)
@@ -88,7 +79,7 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         try:
             side = measure_alone(subject, src.space.workload_specs(dict(subject.request)), settings, args.rounds, work,
-                                 src.space.m.quality.suite, _progress(args.quiet))
+                                 src.space.m.quality.suite, progress_printer(args.quiet))
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
             return Exit.FAILED
@@ -169,8 +160,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
                          args.dry_run)
     if planned is not None:
         return planned
-    base_build = option_build(args.baseline_build, _progress(args.quiet))
-    cand_build = option_build(args.candidate_build, _progress(args.quiet))
+    base_build = option_build(args.baseline_build, progress_printer(args.quiet))
+    cand_build = option_build(args.candidate_build, progress_printer(args.quiet))
     a = subject_from(space, config, f"baseline {baseline.name}", **build_kwargs(base_build))
     desc = (describe(cand_build) + ", " if cand_build else "") + ", ".join(
         f"{k}={v}" for k, v in (("python", args.candidate_python), ("command", args.candidate_command),
@@ -226,7 +217,7 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
                           boundary=args.boundary)
     settings = measure_settings(space, gated[0] if gated else None, args.repeats)
     run = run_interleaved(a, b, workloads, settings, args.rounds, work,
-                          space.m.quality.suite, restart=not args.keep_servers, progress=_progress(args.quiet),
+                          space.m.quality.suite, restart=not args.keep_servers, progress=progress_printer(args.quiet),
                           stop=sequential_stop(plan) if gated else None)
     return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
 
@@ -264,13 +255,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
             from search.regress.prereq import check_claim_prerequisites
 
             missing = check_claim_prerequisites(claims, side["a"], src_a.space, Path(args.out or "results/ab")
-                                                / "prerequisites", _progress(args.quiet), changed)
+                                                / "prerequisites", progress_printer(args.quiet), changed)
             for line in missing:
                 err.print(f"[yellow]warning[/]: {line}")
             if missing and not args.build_anyway:
                 err.print("stopped before building or measuring B (pass --build-anyway to go on)")
                 return EXIT_INCONCLUSIVE
-        builds[key] = option_build(getattr(args, f"{key}_build"), _progress(args.quiet))
+        builds[key] = option_build(getattr(args, f"{key}_build"), progress_printer(args.quiet))
         side[key] = subject_from(src.space, src.config, f"{key.upper()}: {src.label}",
                                  **build_kwargs(builds[key], command=getattr(args, f"{key}_command"),
                                                 python=getattr(args, f"{key}_python"),
@@ -309,7 +300,7 @@ def _pr_files(args: argparse.Namespace) -> list[str]:
     if args.pr_files:
         return changed_files_from_text(Path(args.pr_files).read_text(errors="replace"))
     number = args.pr or pr_number(args.b_build)
-    return pr_changed_files(number, _progress(args.quiet)) if number else []
+    return pr_changed_files(number, progress_printer(args.quiet)) if number else []
 
 
 def _claim_metric(leaf: str, workloads: list[str], chosen: str | None) -> str:

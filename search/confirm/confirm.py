@@ -126,7 +126,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
     instead of continued: the same stage and plan (its looks), from its stored rounds."""
     objective = space.m.objectives[0]
     if not tops and not space.m.confirm.controls and not earlier:  # no claim and no power check: all wasted
-        answer, _ = _answer([], {}, False, objective.direction)
+        answer, _ = confirmation_answer([], {}, False, objective.direction)
         return Confirmation(metric=objective.metric, direction=objective.direction, default=default.number,
                             rounds=0, wall_s=0.0, arms=[], verdicts={}, load=[], contended=False, answer=answer,
                             winner=None)
@@ -156,7 +156,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
         controls = [{"key": a.key, "overrides": a.control, "detected": _detected(verdicts.get(a.key))}
                     for a in arms if a.control]
         if complete:
-            answer, winner = _answer(arms, verdicts, contended, objective.direction)
+            answer, winner = confirmation_answer(arms, verdicts, contended, objective.direction)
             answer += _past_end_caution(tops, winner, objective.metric)
             if continued_from:
                 answer += (f" (continued from {continued_from} stored rounds: over its {stages} stages the chance "
@@ -321,7 +321,7 @@ def _contended(windows: list[dict[str, Any]]) -> bool:
     return bool(windows) and sum(bool(w.get("contended")) for w in windows) > len(windows) / 4
 
 
-def _answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool,
+def confirmation_answer(arms: list[Arm], verdicts: dict[str, MetricVerdict], contended: bool,
             direction: str) -> tuple[str, int | None]:
     failed = [a for a in arms if a.failures]
     if failed:

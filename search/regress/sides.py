@@ -23,9 +23,7 @@ from search.regress.baseline import (
 )
 from search.regress.nightly import refuse_kind
 from search.space.space import Config, Space, load_space
-from search.terminal import make_console
-
-err = make_console(stderr=True)  # messages never folded (search.terminal)
+from search.terminal import err
 
 
 @dataclass

@@ -35,7 +35,7 @@ class Observation:
         return self.value is not None and self.feasible and self.value > 0
 
 
-def _encode(configs: Sequence[dict[str, Any]], dists: dict[str, BaseDistribution]) -> list[np.ndarray]:
+def encode(configs: Sequence[dict[str, Any]], dists: dict[str, BaseDistribution]) -> list[np.ndarray]:
     """One column block per param: category index (compared for equality) or a value in [0, 1]."""
     cols = []
     for name, d in dists.items():
@@ -51,7 +51,7 @@ def _encode(configs: Sequence[dict[str, Any]], dists: dict[str, BaseDistribution
     return cols
 
 
-def _distance(a: list[np.ndarray], b: list[np.ndarray], dists: dict[str, BaseDistribution]) -> np.ndarray:
+def distance(a: list[np.ndarray], b: list[np.ndarray], dists: dict[str, BaseDistribution]) -> np.ndarray:
     total = np.zeros((len(a[0]) if a else 0, len(b[0]) if b else 0))
     for d, ca, cb in zip(dists.values(), a, b, strict=True):
         if isinstance(d, CategoricalDistribution):
@@ -61,7 +61,7 @@ def _distance(a: list[np.ndarray], b: list[np.ndarray], dists: dict[str, BaseDis
     return total / max(1, len(dists))
 
 
-def _kernel(d: np.ndarray, additive: float, local: float, length: float) -> np.ndarray:
+def kernel(d: np.ndarray, additive: float, local: float, length: float) -> np.ndarray:
     """additive x (1 - d): one effect per param value, learnt from every config that shares it
     (main effects); local x exp(-d / length): what only near configs share (interactions)."""
     return additive * (1.0 - d) + local * np.exp(-d / length)
@@ -116,7 +116,7 @@ class GPModel:
         if not candidates:
             return np.zeros(0), np.zeros(0)
         additive, local, length = self.hyper
-        k_c = _kernel(_distance(_encode(list(candidates), self.dists), self.x, self.dists), additive, local, length)
+        k_c = kernel(distance(encode(list(candidates), self.dists), self.x, self.dists), additive, local, length)
         mu = self.mean + k_c @ self.alpha
         v = solve_triangular(self.factor[0], k_c.T, lower=True)
         return mu, np.sqrt(np.maximum(additive + local - np.sum(v * v, axis=0), 1e-12))
@@ -141,8 +141,8 @@ def grid_fits(observed: Sequence[Observation], dists: dict[str, BaseDistribution
         return []
     sign = 1.0 if maximize else -1.0
     y = np.array([sign * math.log(o.value) for o in observed if o.value is not None])
-    x = _encode([o.params for o in observed], dists)
-    d_xx = _distance(x, x, dists)
+    x = encode([o.params for o in observed], dists)
+    d_xx = distance(x, x, dists)
     mean = float(np.mean(y))
     yc = y - mean
     centre, weight = learned_noise(observed, noise_floor)
@@ -161,7 +161,7 @@ def grid_fits(observed: Sequence[Observation], dists: dict[str, BaseDistribution
         penalty = weight * math.log(step) ** 2
         for additive, local, length in kernels:
             try:
-                factor = cho_factor(_kernel(d_xx, additive, local, length) + noise ** 2 * eye, lower=True)
+                factor = cho_factor(kernel(d_xx, additive, local, length) + noise ** 2 * eye, lower=True)
             except np.linalg.LinAlgError:
                 continue
             alpha = cho_solve(factor, yc)

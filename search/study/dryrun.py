@@ -82,13 +82,13 @@ def planned_trials(space: Space, n: int, free: LocalMemory | None = None) -> lis
     return out
 
 
-def _value_choices(param: Any) -> list[Any]:
+def value_choices(param: Any) -> list[Any]:
     if isinstance(param, CategoricalParam):
         return list(param.choices)
     return [False, True] if isinstance(param, BoolParam) else []
 
 
-def _config_with(space: Space, fixed: dict[str, Any]) -> Config:
+def config_with(space: Space, fixed: dict[str, Any]) -> Config:
     """A config with every param at its default except those in `fixed` (engine and model included).
     A FixedTrial, not a study: thousands of these are cheap."""
     defaults = {name: default_value(p) for name, p in space.m.params.items() if not isinstance(p, FixedParam)}
@@ -100,7 +100,7 @@ def _random_config(space: Space, rng: random.Random) -> Config:
                               "model": rng.choice([m.name for m in space.m.models])}
     for name, param in space.m.params.items():
         if isinstance(param, (CategoricalParam, BoolParam)):
-            values[name] = rng.choice(_value_choices(param))
+            values[name] = rng.choice(value_choices(param))
         elif isinstance(param, IntParam):
             values[name] = rng.randrange(param.low, param.high + 1, param.step)
         elif isinstance(param, FloatParam):
@@ -112,7 +112,7 @@ def engine_defaults(space: Space, free: LocalMemory | None = None) -> list[Launc
     """Per engine, its launch at the defaults with the first model that fits (else the first model)."""
     out = []
     for engine in space.m.engines:
-        launches = [launch_of(space, _config_with(space, {"engine": engine, "model": m.name}), free=free)
+        launches = [launch_of(space, config_with(space, {"engine": engine, "model": m.name}), free=free)
                     for m in space.m.models]
         out.append(next((launch for launch in launches if launch.feasible), launches[0]))
     return out
@@ -124,10 +124,10 @@ def _candidates(space: Space, samples: int) -> Iterator[Config]:
     for engine in space.m.engines:
         for model in space.m.models:
             base = {"engine": engine, "model": model.name}
-            yield _config_with(space, base)
+            yield config_with(space, base)
             for name, param in space.m.params.items():
-                for value in _value_choices(param):
-                    yield _config_with(space, {**base, name: value})
+                for value in value_choices(param):
+                    yield config_with(space, {**base, name: value})
     rng = random.Random(space.m.seed)
     for _ in range(samples):
         yield _random_config(space, rng)
@@ -154,7 +154,7 @@ def dead_choices(space: Space, samples: int = 300, free: LocalMemory | None = No
             for e in space.m.engines if e not in alive["engine"]]
     dead += [f"model {m.name!r}: no config fits" for m in space.m.models if m.name not in alive["model"]]
     for name, param in space.m.params.items():
-        for value in _value_choices(param):
+        for value in value_choices(param):
             if repr(value) not in alive.get(name, set()):
                 reason = why.get((name, repr(value)), "never active, or active only in configs that do not fit")
                 dead.append(f"{name}={value!r}: no feasible config uses it (e.g. {reason})")

@@ -41,7 +41,7 @@ from harness.engines.base import flag_name
 from harness.launch.spec import KEEP_ENTRYPOINT
 from search.space.schema import IntParam
 from search.space.space import Config, Space
-from search.study.dryrun import _config_with, _value_choices
+from search.study.dryrun import config_with, value_choices
 
 HELP_TIMEOUT_S = 300.0  # vLLM imports torch before it prints its help: tens of seconds on 2 cores
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.\-]*)")
@@ -284,11 +284,11 @@ def _configs(space: Space, engine: str) -> Iterator[Config]:
         if not space.loads(engine, model.name):
             continue
         base = {"engine": engine, "model": model.name}
-        yield _config_with(space, base)
+        yield config_with(space, base)
         for name, param in space.m.params.items():
-            values = _value_choices(param) or ([param.low, param.high] if isinstance(param, IntParam) else [])
+            values = value_choices(param) or ([param.low, param.high] if isinstance(param, IntParam) else [])
             for value in values:
-                yield _config_with(space, {**base, name: value})
+                yield config_with(space, {**base, name: value})
 
 
 def _argv_flags(argv: list[str], skip: int) -> Iterator[str]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness.measure.natural_end import NaturalEnd
-from search.confirm.confirm import Arm, _answer, _past_end_caution, comparison_alpha, continuable, judge
+from search.confirm.confirm import Arm, _past_end_caution, comparison_alpha, confirmation_answer, continuable, judge
 from search.space.space import SpaceError, parse_space
 from search.store.results import ResultsError, TrialRecord, TrialState
 from search.verdicts.gate import DEFAULT_ALPHA, MetricVerdict
@@ -31,15 +31,16 @@ ARMS = [Arm(0, "default", {}, key="0"), Arm(3, "#3", {}, key="3"),
 
 
 def test_a_detected_control_leaves_the_answer_standing() -> None:
-    answer, winner = _answer(ARMS, {"3": verdict("unchanged", 1.01), "control1": verdict("regressed", 0.6)},
+    answer, winner = confirmation_answer(ARMS, {"3": verdict("unchanged", 1.01), "control1": verdict("regressed", 0.6)},
                              contended=False, direction="maximize")
     assert answer.startswith("no config is distinguishable"), answer
     assert "positive control (dtype=float32)" in answer and "found worse" in answer and winner is None
 
 
 def test_a_missed_control_withholds_a_no_difference_verdict() -> None:
-    answer, winner = _answer(ARMS, {"3": verdict("unchanged", 1.01), "control1": verdict("inconclusive", 0.9)},
-                             contended=False, direction="maximize")
+    answer, winner = confirmation_answer(ARMS, {"3": verdict("unchanged", 1.01),
+                                                "control1": verdict("inconclusive", 0.9)},
+                                         contended=False, direction="maximize")
     assert answer.startswith("verdict withheld: the positive control was not found worse"), answer
     assert "NOT found worse (inconclusive)" in answer and winner is None
 
@@ -49,7 +50,7 @@ def test_a_missed_control_leaves_a_significant_winner_standing_and_says_what_wen
     10% control. The winner's difference was found at the family's level; what the missed control
     tells is the size of difference the confirmation could not see, and the answer says it."""
     won = replace(verdict("improved", 2.79), ci_low=1.95, ci_high=3.98, mde=0.61)
-    answer, winner = _answer(ARMS, {"3": won, "control1": verdict("inconclusive", 0.98)},
+    answer, winner = confirmation_answer(ARMS, {"3": won, "control1": verdict("inconclusive", 0.98)},
                              contended=False, direction="maximize")
     assert answer.startswith("confirmed: #3 is 2.79x"), answer
     assert "NOT found worse (inconclusive)" in answer and "about 61% or more" in answer and winner == 3
@@ -60,13 +61,13 @@ def test_a_missed_control_noisier_than_the_winner_sets_the_size_that_went_unseen
     hid the 10% control (its comparison could see 87%). The answer must not claim 9%."""
     won = replace(verdict("improved", 2.26), ci_low=2.13, ci_high=2.40, mde=0.087)
     missed = replace(verdict("inconclusive", 0.93), ci_low=0.60, ci_high=1.44, mde=0.873)
-    answer, winner = _answer(ARMS, {"3": won, "control1": missed}, contended=False, direction="maximize")
+    answer, winner = confirmation_answer(ARMS, {"3": won, "control1": missed}, contended=False, direction="maximize")
     assert winner == 3 and "about 87% or more at the control's noise" in answer, answer
     assert "the winner's comparison alone about 9%" in answer and "about 9% or more" not in answer
 
 
 def test_a_winner_is_confirmed_beside_a_detected_control() -> None:
-    answer, winner = _answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("regressed", 0.6)},
+    answer, winner = confirmation_answer(ARMS, {"3": verdict("improved", 1.2), "control1": verdict("regressed", 0.6)},
                              contended=False, direction="maximize")
     assert answer.startswith("confirmed: #3 is 1.20x") and winner == 3, answer
 
@@ -77,12 +78,12 @@ def test_one_config_worse_and_another_unsettled_is_not_called_the_default_stayin
     measured worse."""
     arms = [*ARMS[:2], Arm(5, "#5", {}, key="5"), ARMS[2]]
     shown = {"3": verdict("regressed", 0.8), "5": verdict("inconclusive", 1.02), "control1": verdict("regressed", 0.6)}
-    answer, winner = _answer(arms, shown, contended=False, direction="maximize")
+    answer, winner = confirmation_answer(arms, shown, contended=False, direction="maximize")
     assert winner is None and "stays best" not in answer, answer
     assert answer.startswith("no config is better than the default: #3 measured worse; not distinguishable from "
                              "the default: #5"), answer
     all_worse = {**shown, "5": verdict("regressed", 0.9)}
-    answer, _ = _answer(arms, all_worse, contended=False, direction="maximize")
+    answer, _ = confirmation_answer(arms, all_worse, contended=False, direction="maximize")
     assert answer.startswith("the default stays best: every config measured worse"), answer
 
 
@@ -109,16 +110,16 @@ def test_a_slowdown_control_clearly_beyond_its_nominal_size_says_what_power_it_s
     for, and says nothing more."""
     arms = [*ARMS[:2], Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1})]
     beyond = replace(verdict("regressed", 0.83), ci_low=0.78, ci_high=0.88)
-    answer, _ = _answer(arms, {"3": verdict("unchanged", 1.01), "control1": beyond}, contended=False,
+    answer, _ = confirmation_answer(arms, {"3": verdict("unchanged", 1.01), "control1": beyond}, contended=False,
                         direction="maximize")
     assert "more than its nominal 0.90x" in answer and "power for a 17% difference, not 10%" in answer, answer
     sized = replace(verdict("regressed", 0.88), ci_low=0.84, ci_high=0.92)
-    answer, _ = _answer(arms, {"3": verdict("unchanged", 1.01), "control1": sized}, contended=False,
+    answer, _ = confirmation_answer(arms, {"3": verdict("unchanged", 1.01), "control1": sized}, contended=False,
                         direction="maximize")
     assert "found worse" in answer and "nominal" not in answer, answer
     # A latency objective: the proxy stretches every time by 1 / 0.9, 1.11x.
     slower = replace(verdict("regressed", 1.25), direction="lower", ci_low=1.18, ci_high=1.32)
-    answer, _ = _answer(arms, {"3": verdict("unchanged", 1.0), "control1": slower}, contended=False,
+    answer, _ = confirmation_answer(arms, {"3": verdict("unchanged", 1.0), "control1": slower}, contended=False,
                         direction="minimize")
     assert "more than its nominal 1.11x" in answer and "power for a 20% difference" in answer, answer
 
@@ -172,20 +173,20 @@ def test_a_withheld_verdict_says_how_many_rounds_would_find_the_control() -> Non
     verdicts = judge(arms, "four_streams.decode_tok_s", "maximize", 0.03, (3, 4))
     assert paired.verdict == verdicts["control1"].verdict == "inconclusive"
     assert 0.85 < verdicts["control1"].ratio < 0.89 and verdicts["control1"].ci_high > 1
-    answer, winner = _answer(arms, verdicts, contended=False, direction="maximize")
+    answer, winner = confirmation_answer(arms, verdicts, contended=False, direction="maximize")
     assert answer.startswith("verdict withheld") and winner is None, answer
     assert answer.endswith("about 9 rounds in all would find the control's difference "
                            "(`search confirm STUDY --more-rounds 5` continues these 4)"), answer
     # Demo L's case: the rounds done had the power for the control's nominal size, yet it measured
     # less; no count at or below the rounds done is promised.
     quiet = {**verdicts, "control1": replace(verdicts["control1"], cv=0.02, ratio=0.95)}
-    answer = _answer(arms, quiet, contended=False, direction="maximize")[0]
+    answer = confirmation_answer(arms, quiet, contended=False, direction="maximize")[0]
     assert answer.endswith("4 rounds should have found the control's nominal 11%, yet it measured 5%: a chance "
                            "miss or a blind measurement, which more rounds tell apart (`search confirm STUDY "
                            "--more-rounds 1` continues these 4)"), answer
     # A control that is no slowdown has no known size: no rounds are promised for it.
     flag = [*arms[:2], Arm(-1, "control1", {}, key="control1", control={"dtype": "float32"})]
-    assert "rounds would find" not in _answer(flag, verdicts, contended=False, direction="maximize")[0]
+    assert "rounds would find" not in confirmation_answer(flag, verdicts, contended=False, direction="maximize")[0]
 
 
 def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
@@ -335,10 +336,11 @@ def test_an_undecided_top_config_is_told_how_to_narrow_it() -> None:
     arms = [Arm(**a) for a in first["arms"]]
     verdicts = judge(arms, first["metric"], "maximize", 0.03, (3, 4))
     assert verdicts["7"].verdict == "inconclusive" and verdicts["control1"].verdict == "regressed"
-    answer, winner = _answer(arms, verdicts, contended=False, direction="maximize")
+    answer, winner = confirmation_answer(arms, verdicts, contended=False, direction="maximize")
     assert answer.startswith("no config is distinguishable") and winner is None, answer
     assert answer.endswith("about 10 rounds in all would see a difference of 11% (the control's nominal size) at "
                            "this noise (`search confirm STUDY --more-rounds 6` continues these 4)"), answer
     # Without a slowdown control the study claims no size: no rounds are promised.
     plain = [a for a in arms if not a.control]
-    assert "rounds in all" not in _answer(plain, {"7": verdicts["7"]}, contended=False, direction="maximize")[0]
+    assert "rounds in all" not in confirmation_answer(plain, {"7": verdicts["7"]}, contended=False,
+                                                      direction="maximize")[0]

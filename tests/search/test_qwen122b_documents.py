@@ -16,7 +16,7 @@ import pytest
 from search.space.space import load_space
 from search.space.values import check_value
 from search.store.summary import load_view
-from search.study.dryrun import _config_with, dry_run, launch_of, planned_trials
+from search.study.dryrun import config_with, dry_run, launch_of, planned_trials
 from search.study.study import StudyRunner
 from tests.conftest import Quiet
 
@@ -117,7 +117,7 @@ def test_every_documented_config_is_reachable_and_launches_as_documented(doc: Do
     space = load_space(QWEN)
     for name, value in doc.params.items():  # a value the sampler can draw, not only a FixedTrial's
         assert check_value(space.m.params[name], value) is None, (name, value)
-    config = _config_with(space, {"engine": doc.engine, "model": doc.model, **doc.params})
+    config = config_with(space, {"engine": doc.engine, "model": doc.model, **doc.params})
     assert (config.engine, config.model) == (doc.engine, doc.model)
     assert {k: config.values[k] for k in doc.params} == doc.params, "a param is inactive for this engine/model"
     launch = launch_of(space, config)

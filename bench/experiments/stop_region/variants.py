@@ -24,22 +24,22 @@ from search.sampling.surrogate import (
     FailureModel,
     GPModel,
     Observation,
-    _distance,
-    _encode,
-    _kernel,
     detectable,
+    distance,
+    encode,
     expected_improvement,
     fit_gp,
+    kernel,
 )
 
 
 def joint(model: GPModel, configs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """Posterior mean and covariance of the latent log values of `configs`, jointly."""
     additive, local, length = model.hyper
-    xc = _encode(list(configs), model.dists)
-    k_c = _kernel(_distance(xc, model.x, model.dists), additive, local, length)
+    xc = encode(list(configs), model.dists)
+    k_c = kernel(distance(xc, model.x, model.dists), additive, local, length)
     v = np.linalg.solve(np.tril(model.factor[0]), k_c.T)
-    cov = _kernel(_distance(xc, xc, model.dists), additive, local, length) - v.T @ v
+    cov = kernel(distance(xc, xc, model.dists), additive, local, length) - v.T @ v
     return model.mean + k_c @ model.alpha, (cov + cov.T) / 2
 
 
