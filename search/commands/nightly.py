@@ -29,7 +29,7 @@ from harness.host.fingerprint import host_fingerprint
 from search.commands import regress as regress_cmd
 from search.exit_codes import Exit
 from search.regress import history
-from search.regress.baseline import Baseline, load_baseline, pinned_space
+from search.regress.baseline import Baseline, load_baseline, matching_baselines, pinned_space
 from search.regress.nightly import (
     ALLOWABLE,
     EXIT_CODES,
@@ -147,7 +147,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if args.require_gpu and (problem := gpu_problem(host)):
         err.print(f"[red]FAILURE[/]: {problem}")
         return Exit.FAILED
-    keep, skipped = regress_cmd.matching_baselines(Path(args.baselines), host)
+    keep, skipped = matching_baselines(Path(args.baselines), host)
     if args.only:
         keep = [p for p in keep if p.stem in set(args.only)]
     if not keep:

@@ -27,9 +27,11 @@ from search.regress.ab import (
     subject_from,
 )
 from search.regress.baseline import (
+    HOST_MATCH,
     Baseline,
     baseline_from_study,
     load_baseline,
+    matching_baselines,
     parse_assignments,
     pin,
     pinned_space,
@@ -41,7 +43,7 @@ from search.regress.explain import explain_claim, subject_changes
 from search.regress.gate_report import GateReport
 from search.regress.sides import Side, plan_sides, resolve_source, side_spec
 from search.space.space import Space
-from search.store.results import ResultsError, write_json_atomic, write_text_atomic
+from search.store.results import write_json_atomic, write_text_atomic
 from search.study.scoring import measure_settings
 from search.terminal import make_console, progress_printer
 from search.verdicts.boundaries import BOUNDARY_KINDS
@@ -101,29 +103,6 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
     print(f"saved {path}: {len(baseline.samples)} metrics, {max(n) if n else 0} {baseline.sample_unit}s each; "
           f"gated: {', '.join(baseline.gated_metrics())}")
     return 0
-
-
-# Host fields a baseline must share with this machine to be re-measured here (engine fields may differ:
-# that is what a regression check is about).
-HOST_MATCH = ("cpu_model", "cpu_count", "gpu_name", "gpu_compute_capability", "gpu_count")
-
-
-def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path], list[str]]:
-    """Baselines recorded on hardware like this host's, and why each other one was left out."""
-    keep, skipped = [], []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            baseline = load_baseline(path)
-        except (ResultsError, ValueError) as exc:
-            skipped.append(f"{path}: unreadable: {exc}")
-            continue
-        diff = [f"{k}: {baseline.fingerprint.get(k)!r} != {host.get(k)!r}" for k in HOST_MATCH
-                if baseline.fingerprint.get(k) != host.get(k)]
-        if diff:
-            skipped.append(f"{path}: other hardware ({'; '.join(diff)})")
-        else:
-            keep.append(path)
-    return keep, skipped
 
 
 def cmd_baseline_list(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""Comparing builds and sides: A/B runs, baselines, claims, the why, history and the nightly."""
+"""Comparing builds and sides: the sides, A/B runs, baselines, claims, the why, kernel paths, bisection,
+history and the nightly."""
 
 __all__ = [
-    "ab", "baseline", "claims", "explain", "gate_report", "history", "kernel_path", "log_diff", "nightly",
-    "nightly_plan", "prereq", "sides",
+    "ab", "baseline", "bisect", "claims", "explain", "gate_report", "history", "kernel_path", "log_diff",
+    "nightly", "nightly_plan", "prereq", "sides",
 ]

@@ -276,3 +276,26 @@ def baseline_from_study(results_dir: Path, name: str, trial: int | None = None,
     if not baseline.samples:
         raise ResultsError(f"{results_dir}: trial {number} has no raw samples in its result.json")
     return baseline
+
+
+# Host fields a baseline must share with this machine to be re-measured here (engine fields may differ:
+# that is what a regression check is about).
+HOST_MATCH = ("cpu_model", "cpu_count", "gpu_name", "gpu_compute_capability", "gpu_count")
+
+
+def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path], list[str]]:
+    """Baselines recorded on hardware like this host's, and why each other one was left out."""
+    keep, skipped = [], []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            baseline = load_baseline(path)
+        except (ResultsError, ValueError) as exc:
+            skipped.append(f"{path}: unreadable: {exc}")
+            continue
+        diff = [f"{k}: {baseline.fingerprint.get(k)!r} != {host.get(k)!r}" for k in HOST_MATCH
+                if baseline.fingerprint.get(k) != host.get(k)]
+        if diff:
+            skipped.append(f"{path}: other hardware ({'; '.join(diff)})")
+        else:
+            keep.append(path)
+    return keep, skipped

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from search.commands.bisect import Probe, Step, bisect_verdict, judge_probe, next_step
+from search.regress.bisect import Probe, Step, bisect_verdict, judge_probe, next_step
 from search.verdicts.gate import compare
 
 
