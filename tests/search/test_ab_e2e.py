@@ -96,7 +96,7 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
 
     # The candidate is also one answer worse: its proxy turns "Tokyo" into "Kyoto", which fails exactly one
     # smoke check on every start; one lost check is not evidence of a quality regression (McNemar).
-    throttled = (f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch --swap Tokyo=Kyoto -- "
+    throttled = (f"{sys.executable} {REPO / 'harness' / 'launch' / 'throttle.py'} 0.5 --stretch --swap Tokyo=Kyoto -- "
                  f"{flagsearch_home.llama_server()}")
     out = tmp_path / "regress"
     # A cap of 8: beside another worker's test a start's own level varied by 17% (2026-11-28, CI), and a cap
@@ -130,7 +130,8 @@ def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path) -> N
     second to the next), no 6 rounds can: the gate must then say so (inconclusive, the change it could
     have seen above 10%), never "unchanged" or "improved"."""
     space = llama_space(tmp_path, max_tokens=64)
-    slower = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.1 --stretch -- {flagsearch_home.llama_server()}"
+    throttle = REPO / "harness" / "launch" / "throttle.py"
+    slower = f"{sys.executable} {throttle} 0.1 --stretch -- {flagsearch_home.llama_server()}"
     out = tmp_path / "ten"
     code = main(["ab", str(space), "--b-command", slower, "--rounds", "6", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())

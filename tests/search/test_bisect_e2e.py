@@ -37,7 +37,7 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
     server = flagsearch_home.llama_server()
     copy = tmp_path / "llama-server-copy"
     shutil.copy2(server, copy)
-    slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.5 --stretch -- {server}"
+    slow = f"{sys.executable} {REPO / 'harness' / 'launch' / 'throttle.py'} 0.5 --stretch -- {server}"
     builds = [{"build": f"command:{server}", "label": "b0"}, {"build": f"command:{copy}", "label": "b1"},
               {"build": f"command:{slow}", "label": "b2-throttled"},
               {"build": f"command:{slow}", "label": "b3-throttled"}]

@@ -116,7 +116,7 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
 
     # A real -40% candidate: a regression, with the report in the job summary. (At -20% one fresh-clone run beside
     # another worker's load, A at 27 tok/s against ~50-70 calm and 15% per start, left it inconclusive at 10 rounds.)
-    slow = f"{sys.executable} {REPO / 'harness' / 'throttle.py'} 0.4 --stretch -- {server}"
+    slow = f"{sys.executable} {REPO / 'harness' / 'launch' / 'throttle.py'} 0.4 --stretch -- {server}"
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{slow}", ROUNDS="10",
                                 NIGHTLY_ARGS=f"{keep} --min-effect 0.1 --workload single")
     result = night["results"][0]
