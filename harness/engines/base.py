@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from harness.launch.spec import LaunchSpec, Volume
+from harness.launch.spec import LaunchSpec, Ulimit, Volume
 from harness.quality.logprobs import Position, forced_by_resuming
 
 
@@ -36,6 +36,13 @@ class EngineSettings:
     flag_map: Mapping[str, str] = field(default_factory=dict)  # command engine: param -> flag
     python: str | None = None  # the engine environment's interpreter, for the fingerprint
     cpus: str | None = None  # pin the server to these CPUs (a Linux cpu list, e.g. "2-9")
+    # docker only (harness/launch/spec.py LaunchSpec says what each becomes)
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    mem_limit: str | None = None
+    memswap_limit: str | None = None
+    pids_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +211,9 @@ def launch_spec(settings: EngineSettings, argv: list[str], env: Mapping[str, str
         env={**settings.env, **env}, launcher=settings.launcher, image=settings.image,
         volumes=settings.volumes, gpus=settings.gpus, shm_size=settings.shm_size,
         ipc_host=settings.ipc_host, privileged=settings.privileged,
-        ready_timeout_s=settings.ready_timeout_s, cpus=settings.cpus,
+        ready_timeout_s=settings.ready_timeout_s, cpus=settings.cpus, ulimits=settings.ulimits,
+        cap_add=settings.cap_add, devices=settings.devices, mem_limit=settings.mem_limit,
+        memswap_limit=settings.memswap_limit, pids_limit=settings.pids_limit,
     )
 
 

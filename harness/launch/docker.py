@@ -28,7 +28,7 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.types import DeviceRequest
+from docker.types import DeviceRequest, Ulimit
 
 from harness import secrets
 from harness.host import hostload
@@ -92,6 +92,9 @@ def container_config(spec: LaunchSpec, log_path: Path) -> dict[str, Any]:
         network_mode="host", ipc_mode="host" if spec.ipc_host else None, shm_size=spec.shm_size,
         device_requests=device_requests(spec.gpus) or None, privileged=spec.privileged,
         cpuset_cpus=spec.cpus or None,
+        ulimits=[Ulimit(name=u.name, soft=u.soft, hard=u.hard) for u in spec.ulimits] or None,
+        cap_add=list(spec.cap_add) or None, devices=list(spec.devices) or None, mem_limit=spec.mem_limit,
+        memswap_limit=spec.memswap_limit, pids_limit=spec.pids_limit,
         security_opt=None if spec.privileged else ["no-new-privileges"], init=True, detach=True,
         **entry,
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from harness.secrets import REDACTED, is_secret_name, known, launch_secrets, redact_argv, redact_env, scrub_text
 
 # The secret rules live in harness.secrets; re-exported here for the launchers and older imports.
-__all__ = ["REDACTED", "LaunchSpec", "Volume", "is_secret_name", "redact_argv", "redact_env", "scrub_text",
+__all__ = ["REDACTED", "LaunchSpec", "Ulimit", "Volume", "is_secret_name", "redact_argv", "redact_env", "scrub_text",
            "secret_values"]
 
 
@@ -27,6 +27,15 @@ class Volume:
     host_path: str
     container_path: str
     read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    """A container resource limit (`docker run --ulimit name=soft:hard`); -1 is unlimited."""
+
+    name: str  # nofile, memlock, stack, ...
+    soft: int
+    hard: int
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,15 @@ class LaunchSpec:
     ready_timeout_s: float = 900.0
     image_digest: str | None = None  # docker: the image's repository digest (sha256:...), where known
     cpus: str | None = None  # a Linux cpu list ("2-9"): the server runs on these CPUs only (launch/cpus.py)
+    # docker only: what the images' own `docker run` lines set (eugr's spark-vllm-docker: --ulimit
+    # nofile=1048576:1048576; unprivileged: --cap-add IPC_LOCK, --device /dev/infiniband, --memory,
+    # --memory-swap, --pids-limit).
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # host[:container[:permissions]], as `docker run --device`
+    mem_limit: str | None = None  # "110g": the container's memory limit (--memory)
+    memswap_limit: str | None = None  # memory + swap (--memory-swap)
+    pids_limit: int | None = None
 
     def __post_init__(self) -> None:
         # Arguments go to exec() as a list, never through a shell; reject what exec cannot take
@@ -74,7 +92,8 @@ class LaunchSpec:
         """The command a user can paste into a shell to start the same server (secrets redacted).
 
         Docker: the `docker run` line that makes the container the Docker launcher makes (host
-        network, init, no-new-privileges unless privileged, GPUs, IPC, shm, env, volumes, the
+        network, init, no-new-privileges unless privileged, GPUs, IPC, shm, ulimits, capabilities,
+        devices, memory and pids limits, env, volumes, the
         entrypoint: argv[0] becomes --entrypoint unless it is "@entrypoint", which keeps the image's
         own), pinned to the image's digest where the launcher learned it. A pinned process server
         reads `taskset -c <cpus> ...`: the launcher sets the same affinity itself, without taskset."""
@@ -101,6 +120,18 @@ class LaunchSpec:
             out += ["--shm-size", self.shm_size]
         if self.cpus:
             out += ["--cpuset-cpus", self.cpus]
+        for limit in self.ulimits:
+            out += ["--ulimit", f"{limit.name}={limit.soft}:{limit.hard}"]
+        for cap in self.cap_add:
+            out += ["--cap-add", cap]
+        for device in self.devices:
+            out += ["--device", device]
+        if self.mem_limit:
+            out += ["--memory", self.mem_limit]
+        if self.memswap_limit:
+            out += ["--memory-swap", self.memswap_limit]
+        if self.pids_limit is not None:
+            out += ["--pids-limit", str(self.pids_limit)]
         out += ["--privileged"] if self.privileged else ["--security-opt", "no-new-privileges"]
         for k, v in sorted(redact_env(self.env).items()):
             out += ["-e", f"{k}={v}"]

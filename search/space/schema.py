@@ -67,6 +67,15 @@ class EngineModel(Strict):
     privileged: bool = False
     ready_timeout_s: float = Field(default=900.0, gt=0)
     cpus: str | None = None  # pin the server to these CPUs: a Linux cpu list ("2-9"); harness/launch/cpus.py
+    # Docker only, as the images' own `docker run` lines set them: `ulimits: {nofile: 1048576}` (soft =
+    # hard) or `{memlock: [-1, -1]}` (soft, hard; -1 unlimited), `cap_add: [IPC_LOCK]`,
+    # `devices: [/dev/infiniband]`, `mem_limit: 110g`, `memswap_limit: 120g`, `pids_limit: 4096`.
+    ulimits: dict[str, tuple[int, int]] = {}  # name -> (soft, hard); a bare number is both
+    cap_add: list[str] = []
+    devices: list[str] = []
+    mem_limit: str | None = None
+    memswap_limit: str | None = None
+    pids_limit: int | None = Field(default=None, ge=-1)
     flag_map: dict[str, str] = {}
     expect: ExpectModel = ExpectModel()
     # The checkpoints this engine can load (None: all). An image patched for one checkpoint family
@@ -79,6 +88,29 @@ class EngineModel(Strict):
         if isinstance(value, dict):
             return {str(k): str(v) for k, v in value.items()}
         return value
+
+    @model_validator(mode="after")
+    def _docker_options_need_docker(self) -> EngineModel:
+        docker_only = [k for k in ("ulimits", "cap_add", "devices", "mem_limit", "memswap_limit", "pids_limit",
+                                   "shm_size") if getattr(self, k) not in (None, {}, [])]
+        if docker_only and self.launcher != "docker":
+            raise ValueError(f"{', '.join(docker_only)}: options of a container; set launcher: docker, or "
+                             "remove them")
+        return self
+
+    @field_validator("ulimits", mode="before")
+    @classmethod
+    def _ulimit_pairs(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for name, limit in value.items():
+            pair = (limit, limit) if isinstance(limit, int) and not isinstance(limit, bool) else limit
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) and x >= -1 for x in pair)):
+                raise ValueError(f"ulimits.{name}: {limit!r} is not a number or [soft, hard] (-1: unlimited)")
+            out[str(name)] = (int(pair[0]), int(pair[1]))
+        return out
 
     @field_validator("cpus", mode="before")
     @classmethod

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness import secrets
 from harness.engines import EngineSettings, ModelChoice
 from harness.files import InputError, load_yaml
-from harness.launch.spec import Volume
+from harness.launch.spec import Ulimit, Volume
 from harness.measure.workloads import WorkloadSpec, catalogue
 from search.space.schema import CONSTRAINT, FixedParam, FloatParam, SpaceError, SpaceModel
 from search.space.values import check_value, default_value, distribution, request_values, rounded_float
@@ -146,7 +146,9 @@ class Space:
             volumes=tuple(Volume(v.host, v.container, v.read_only) for v in e.volumes), gpus=e.gpus,
             shm_size=e.shm_size, ipc_host=e.ipc_host, privileged=e.privileged,
             ready_timeout_s=e.ready_timeout_s, flag_map=dict(e.flag_map), python=python,
-            cpus=e.cpus)
+            cpus=e.cpus, ulimits=tuple(Ulimit(name, soft, hard) for name, (soft, hard) in e.ulimits.items()),
+            cap_add=tuple(e.cap_add), devices=tuple(e.devices), mem_limit=e.mem_limit,
+            memswap_limit=e.memswap_limit, pids_limit=e.pids_limit)
 
     def model_choice(self, name: str) -> ModelChoice:
         m = next(m for m in self.m.models if m.name == name)

@@ -188,6 +188,19 @@ def previous_records(results_dir: Path, storage: str | None = None) -> list[Tria
     return [r for r in stored_records(study) if r.wall_s is not None]
 
 
+def container_warnings(space: Space) -> list[str]:
+    """What a Docker engine lacks that its image needs: a GPU container with neither `ipc_host` nor
+    `shm_size` gets Docker's 64 MB /dev/shm, where PyTorch's workers and NCCL keep shared memory
+    (the images' own `docker run` lines say --ipc=host, or --shm-size 64g where unprivileged)."""
+    out = []
+    for name, e in space.m.engines.items():
+        if e.launcher == "docker" and e.gpus and not e.ipc_host and not e.shm_size:
+            out.append(f"{space.source}: engines.{name}: a GPU container with neither ipc_host nor shm_size runs "
+                       "with Docker's 64 MB /dev/shm (PyTorch and NCCL keep shared memory there); set "
+                       "ipc_host: true, or shm_size: 64g")
+    return out
+
+
 def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = (), confirm: bool = True) -> list[str]:
     free = free_at_start(space)  # the device's free memory, where this machine is the device
     lines: list[str] = []
@@ -198,6 +211,7 @@ def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = (), confirm: 
     for launch in engine_defaults(space, free):
         state = "feasible" if launch.feasible else "NOT feasible"
         lines += _describe(launch, f"# engine {launch.config.engine} / {launch.config.model} ({state})")
+    lines += [f"# warning: {w}" for w in container_warnings(space)]
     lines.append(f"# the first {n} trials, in the order a run takes them:")
     estimator = Estimator(space, records, confirm)
     sampled_s = 0.0

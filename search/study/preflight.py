@@ -41,7 +41,7 @@ from harness.engines.base import flag_name
 from harness.launch.spec import KEEP_ENTRYPOINT
 from search.space.schema import IntParam
 from search.space.space import Config, Space
-from search.study.dryrun import config_with, value_choices
+from search.study.dryrun import config_with, container_warnings, value_choices
 
 HELP_TIMEOUT_S = 300.0  # vLLM imports torch before it prints its help: tens of seconds on 2 cores
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.\-]*)")
@@ -63,6 +63,8 @@ def preflight(space: Space, progress: Callable[[str], None] = lambda _: None,
     """Every problem as one line (none: every image, checkpoint path and flag name is fine).
     Warnings (an environment variable the build does not know) go to `warn` (default: progress)."""
     warn = warn or progress
+    for line in container_warnings(space):
+        warn(line)
     problems: list[Problem] = []
     problems += check_models(space)
     for engine in space.m.engines:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from harness import flagsearch_home
 from harness.engines import EngineSettings, ModelChoice, get_engine
 from harness.launch import StartupError, Volume, get_launcher, wait_ready
 from harness.launch.docker import DockerLauncher, DockerServer, container_config, leftover_containers
-from harness.launch.spec import LaunchSpec
+from harness.launch.spec import LaunchSpec, Ulimit
 from search.study.study import free_port
 from tests.conftest import TEST_IMAGE, Quiet
 
@@ -65,6 +66,52 @@ def test_container_config_is_unprivileged_host_network_labelled(tmp_path: Path) 
     kept = container_config(LaunchSpec("vllm", ("@entrypoint", "--model", "/m"), "127.0.0.1", 1, image="i"),
                             tmp_path / "server.log")
     assert "entrypoint" not in kept and kept["command"] == ["--model", "/m"] and kept["device_requests"] is None
+
+
+# What the community images' `docker run` lines set (eugr's spark-vllm-docker: nofile 1048576; its
+# unprivileged mode: IPC_LOCK, /dev/infiniband, --memory/--memory-swap, --pids-limit), scaled down.
+RESOURCES = dict(ulimits=(Ulimit("nofile", 4096, 8192), Ulimit("memlock", -1, -1)), cap_add=("IPC_LOCK",),
+                 devices=("/dev/null:/dev/flagsearch-null:rw",), mem_limit="256m", memswap_limit="256m",
+                 pids_limit=64)
+
+
+def test_resource_options_reach_the_sdk_and_the_pasteable_line(tmp_path: Path) -> None:
+    spec = LaunchSpec("vllm", ("vllm", "serve", "/m"), "127.0.0.1", 8000, launcher="docker", image="i",
+                      gpus="all", ipc_host=True, **RESOURCES)  # type: ignore[arg-type]
+    cfg = container_config(spec, tmp_path / "server.log")
+    assert [(u["Name"], u["Soft"], u["Hard"]) for u in cfg["ulimits"]] == [("nofile", 4096, 8192),
+                                                                          ("memlock", -1, -1)]
+    assert cfg["cap_add"] == ["IPC_LOCK"] and cfg["devices"] == ["/dev/null:/dev/flagsearch-null:rw"]
+    assert (cfg["mem_limit"], cfg["memswap_limit"], cfg["pids_limit"]) == ("256m", "256m", 64)
+    words = shlex.split(spec.command_line())
+    for flag, value in (("--ulimit", "nofile=4096:8192"), ("--ulimit", "memlock=-1:-1"), ("--cap-add", "IPC_LOCK"),
+                        ("--device", "/dev/null:/dev/flagsearch-null:rw"), ("--memory", "256m"),
+                        ("--memory-swap", "256m"), ("--pids-limit", "64")):
+        assert any(words[i] == flag and words[i + 1] == value for i in range(len(words) - 1)), (flag, value)
+    assert words.index("--pids-limit") < words.index("i")  # docker options come before the image
+    plain = container_config(LaunchSpec("e", ("x",), "127.0.0.1", 1, image="i"), tmp_path / "server.log")
+    assert plain["ulimits"] is None and plain["cap_add"] is None and plain["devices"] is None
+
+
+def test_a_real_container_gets_the_resource_options(docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    """Started by the launcher, then read from inside: the limits are the container's own."""
+    # No memlock here: this machine's dockerd may not raise it past its own limit (runc: "error setting
+    # rlimit type 8: operation not permitted").
+    resources = {**RESOURCES, "ulimits": (Ulimit("nofile", 4096, 8192),)}
+    spec = LaunchSpec("box", ("sleep", "60"), "127.0.0.1", free_port(), launcher="docker", image=IMAGE,
+                      **resources)  # type: ignore[arg-type]
+    server = DockerLauncher(docker_client).start(spec, tmp_path / "0001" / "server.log")
+    try:
+        container = docker_client.containers.get(server.container_id)
+        host = container.attrs["HostConfig"]
+        assert (host["Memory"], host["MemorySwap"], host["PidsLimit"]) == (256 * 2**20, 256 * 2**20, 64)
+        code, out = container.exec_run(["sh", "-c", "ulimit -n; ulimit -Hn; ls /dev/flagsearch-null; "
+                                        "grep CapEff /proc/self/status"])
+        lines = out.decode().split()
+        assert code == 0 and lines[:3] == ["4096", "8192", "/dev/flagsearch-null"], out
+        assert int(lines[-1], 16) & (1 << 14)  # CAP_IPC_LOCK is capability 14
+    finally:
+        server.stop(timeout_s=2)
 
 
 def test_start_ready_serve_and_stop_a_real_llama_server(docker_client: docker.DockerClient, tmp_path: Path) -> None:

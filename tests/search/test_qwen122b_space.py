@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from search.space.schema import SpaceError
 from search.space.space import load_space, parse_space
 from search.study.dryrun import dead_choices, dry_run, engine_defaults
 from search.study.estimate import Estimator
@@ -186,3 +188,39 @@ def test_no_environment_variable_is_added_to_every_start() -> None:
     assert not [name for name, p in space.m.params.items() if p.env], "a param sets an environment variable"
     lines = dry_run(space, 8)
     assert not [ln for ln in lines if ln.startswith("docker run") and " -e VLLM_" in ln]
+
+
+def test_docker_options_of_the_images_reach_the_launch_and_a_gpu_container_without_shm_is_warned() -> None:
+    space = load_space(QWEN)
+    spark = space.engine_settings("vllm_spark")
+    assert [(u.name, u.soft, u.hard) for u in spark.ulimits] == [("nofile", 1048576, 1048576)]
+    lines = dry_run(space, 1)
+    command = lines[lines.index("# trial 0 (default): vllm_spark / sehyo-nvfp4") + 1]
+    assert "--ulimit nofile=1048576:1048576" in command
+    assert not [ln for ln in lines if "/dev/shm" in ln]  # every GPU engine has ipc_host
+    doc = yaml.safe_load(QWEN.read_text())
+    doc["engines"]["sglang"]["ipc_host"] = False
+    doc["engines"]["vllm"].update(ipc_host=False, shm_size="64g", cap_add=["IPC_LOCK"], devices=["/dev/infiniband"],
+                                  mem_limit="110g", memswap_limit="120g", pids_limit=4096,
+                                  ulimits={"memlock": [-1, -1]})
+    mutated = parse_space(doc, "mutated.yaml")
+    warnings = [ln for ln in dry_run(mutated, 1) if "/dev/shm" in ln]
+    assert warnings == ["# warning: mutated.yaml: engines.sglang: a GPU container with neither ipc_host nor "
+                        "shm_size runs with Docker's 64 MB /dev/shm (PyTorch and NCCL keep shared memory there); "
+                        "set ipc_host: true, or shm_size: 64g"]
+    vllm = mutated.engine_settings("vllm")
+    assert (vllm.cap_add, vllm.devices, vllm.mem_limit, vllm.memswap_limit, vllm.pids_limit) == \
+        (("IPC_LOCK",), ("/dev/infiniband",), "110g", "120g", 4096)
+    assert [(u.name, u.soft, u.hard) for u in vllm.ulimits] == [("memlock", -1, -1)]
+
+
+def test_container_options_on_a_process_engine_or_a_bad_ulimit_are_load_errors() -> None:
+    doc = yaml.safe_load(QWEN.read_text())
+    doc["engines"]["atlas"]["ulimits"] = {"nofile": "lots"}
+    with pytest.raises(SpaceError, match=r"ulimits.nofile: 'lots' is not a number or \[soft, hard\]"):
+        parse_space(doc, "bad.yaml")
+    doc = yaml.safe_load(QWEN.read_text())
+    doc["engines"]["atlas"]["launcher"] = "process"
+    doc["engines"]["atlas"]["mem_limit"] = "1g"
+    with pytest.raises(SpaceError, match="options of a container; set launcher: docker"):
+        parse_space(doc, "bad.yaml")
