@@ -19,8 +19,7 @@ DATA = REPO / "bench" / "data"
 def request_for(space: Space, values: Mapping[str, Any], log_dir: Path, fresh: bool = True) -> RunRequest:
     """The RunRequest of one config of a single-engine, single-model space (values: its params)."""
     engine, model = next(iter(space.m.engines)), space.m.models[0].name
-    flags, env, _ = space.split(Config(engine=engine, model=model, values=dict(values)))
-    return RunRequest(space.engine_settings(engine), space.model_choice(model), flags, env, log_dir, fresh=fresh)
+    return space.request(Config(engine=engine, model=model, values=dict(values)), log_dir, fresh=fresh)
 
 
 def default_params(space: Space, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 - no private name (`_name`) of one module is used by another: `from X import _y`, or `X._y` on a
   module bound by an import, anywhere in search/, harness/ and bench/;
 - no import circle between files of search/ and harness/;
-- harness/ never imports search/ (or bench/).
+- harness/ never imports search/ (or bench/);
+- a config becomes a RunRequest in one place, search/space/space.py (`Space.request`, `Resolved`).
 
 Every import counts: module level, inside functions, and under `if TYPE_CHECKING:` (a type-only
 import back is still a circle between two files' concepts). `from pkg import name` counts as an
@@ -183,3 +184,17 @@ def test_harness_never_imports_search_or_bench() -> None:
     found = [f"{imp.where()}: {imp.target}" for imp in IMPORTS
              if imp.source.split(".")[0] == "harness" and imp.target.split(".")[0] != "harness"]
     assert not found, "harness/ imports search/ or bench/:\n" + "\n".join(found)
+
+
+# bench/quality.py runs damaged copies of a model file, not a config of a space: it builds its own request.
+OWN_REQUESTS = {"search.space.space", "bench.quality"}
+
+
+def test_a_config_becomes_a_run_request_in_one_place() -> None:
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith(("search", "bench")) and module not in OWN_REQUESTS:
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "RunRequest":
+                    found.append(f"{module.replace('.', '/')}.py:{node.lineno}")
+    assert not found, "RunRequest built outside Space.request / Resolved.run_request:\n" + "\n".join(found)

@@ -33,7 +33,7 @@ from harness.host.hostload import LoadMeter, LoadWindow, host_speed_note
 from harness.measure.capacity import Slo
 from harness.measure.natural_end import MARK as PAST_END
 from harness.measure.stability import StabilityResult, run_stability
-from harness.session import RunRequest, Session
+from harness.session import Session
 from search.confirm.fresh_start import fixed_trial, measure_fresh
 from search.space.schema import CAPACITY
 from search.space.space import Space
@@ -494,9 +494,7 @@ def run_stability_check(space: Space, record: TrialRecord, work_dir: Path, durat
     """Hold `record`'s config at its capacity (stability_load) for `duration_s` on a fresh start:
     errors, the server's death and its cause, SLO misses, throughput drift (harness/measure/stability.py)."""
     config = space.sample(fixed_trial(record.params))
-    flags, env, _ = space.split(config)
-    req = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env, work_dir,
-                     fresh=True)
+    req = space.request(config, work_dir, fresh=True)
     name, concurrency = stability_load(space, record)
     spec = next(w for w in space.workload_specs() if w.name == name)
     slo = slo_of(space) or Slo({})

@@ -37,12 +37,10 @@ def measure_fresh(session: Session, space: Space, params: dict[str, Any], log_di
     Raises TrialFailed when it cannot be measured."""
     workload, _, leaf = space.m.objectives[0].metric.partition(".")
     config = space.sample(fixed_trial(params))
-    flags, env, _ = space.split(config)
-    engine = space.engine_settings(config.engine)
-    if slowdown:
-        engine = replace(engine, command=(sys.executable, str(THROTTLE), str(slowdown), "--stretch", "--",
-                                          *engine.command))
-    req = RunRequest(engine, space.model_choice(config.model), flags, env, log_dir, fresh=True)
+    req = space.request(config, log_dir, fresh=True)
+    if slowdown:  # the engine's own command, behind the throttle
+        req = replace(req, settings=replace(req.settings, command=(sys.executable, str(THROTTLE), str(slowdown),
+                                                                   "--stretch", "--", *req.settings.command)))
     metric = space.m.objectives[0].metric
     if metric.startswith("capacity."):
         return _capacity_fresh(session, space, req, metric)

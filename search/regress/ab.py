@@ -22,18 +22,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engines import EngineSettings, ModelChoice
 from harness.failure import Cause, TrialFailed
 from harness.host.fingerprint import material_differences
 from harness.host.hostload import LoadMeter, host_speed_note, load_note
 from harness.launch.reaper import Terminated
 from harness.measure.workloads import WorkloadSpec
 from harness.quality.quality import QualityModel
-from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, RunRequest, Session
+from harness.session import LaunchFailed, Measurement, MeasureSettings, QualityPlan, Session
 from search.regress.gate_report import GateReport
 from search.regress.log_diff import log_diff
 from search.regress.sides import SideResult
-from search.space.space import Config, Space
+from search.space.space import Config, Resolved, Space
 from search.verdicts.boundaries import looks_text
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
 from search.verdicts.sequential import (
@@ -55,18 +54,11 @@ def _quiet(_: str) -> None:
 
 
 @dataclass(frozen=True)
-class Subject:
-    """One side of a comparison: how to start it (engine settings, model, flags, env)."""
+class Subject(Resolved):
+    """One side of a comparison: its config resolved (engine settings, model, flags, env; `run_request`
+    starts it), the engine build swapped where asked, and the side's label."""
 
-    label: str
-    settings: EngineSettings
-    model: ModelChoice
-    flags: Mapping[str, Any]
-    env: Mapping[str, str]
-    request: Mapping[str, Any] = field(default_factory=dict)
-
-    def run_request(self, log_dir: Path, fresh: bool) -> RunRequest:
-        return RunRequest(self.settings, self.model, self.flags, self.env, log_dir, fresh=fresh)
+    label: str = ""
 
 
 def subject_from(space: Space, config: Config, label: str, command: str | None = None, python: str | None = None,
@@ -78,8 +70,8 @@ def subject_from(space: Space, config: Config, label: str, command: str | None =
     command: a whole new engine command line (e.g. another llama-server binary);
     image: another container image (docker launcher).
     """
-    settings = space.engine_settings(config.engine)
-    cfg_flags, cfg_env, request = space.split(config)
+    base = space.resolve(config)
+    settings = base.settings
     if python:
         cmd = list(settings.command)
         if not settings.python or cmd[0] != settings.python:
@@ -100,8 +92,8 @@ def subject_from(space: Space, config: Config, label: str, command: str | None =
         if settings.launcher != "docker":
             raise ValueError(f"{label}: an image needs the docker launcher (the config uses {settings.launcher!r})")
         settings = replace(settings, image=image)
-    return Subject(label=label, settings=settings, model=space.model_choice(config.model),
-                   flags={**cfg_flags, **(flags or {})}, env={**cfg_env, **(env or {})}, request=request)
+    return Subject(config=config, settings=settings, model=base.model, flags={**base.flags, **(flags or {})},
+                   env={**base.env, **(env or {})}, request=base.request, label=label)
 
 
 @dataclass

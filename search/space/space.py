@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from harness.engines import EngineSettings, ModelChoice
 from harness.files import InputError, load_yaml
 from harness.launch.spec import Ulimit, Volume
 from harness.measure.workloads import WorkloadSpec, catalogue
+from harness.session import RunRequest
 from search.space.schema import CONSTRAINT, FixedParam, FloatParam, SpaceError, SpaceModel
 from search.space.values import check_value, default_value, distribution, request_values, rounded_float
 
@@ -122,6 +124,23 @@ class Config(BaseModel):
 
     def as_params(self) -> dict[str, Any]:
         return {"engine": self.engine, "model": self.model, **self.values}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config turned into what starts its server (`Space.resolve`, once per trial or side): the engine's
+    settings, the model, the engine flags and env vars (the engine's fixed args included) and the
+    request-side fields the workloads take. Every RunRequest of a config is made by `run_request`."""
+
+    config: Config
+    settings: EngineSettings
+    model: ModelChoice
+    flags: Mapping[str, Any]
+    env: Mapping[str, str]
+    request: Mapping[str, Any]  # request-side params (REQUEST_SIDE): applied to the workloads, not the engine
+
+    def run_request(self, log_dir: Path, fresh: bool = False) -> RunRequest:
+        return RunRequest(self.settings, self.model, self.flags, self.env, log_dir, fresh=fresh)
 
 
 class Space:
@@ -281,6 +300,18 @@ class Space:
             if self._active(param.when, chosen) and not isinstance(param, FixedParam) and param.side != "request":
                 chosen[name] = default_value(param)
         return chosen
+
+    def resolve(self, config: Config | Resolved) -> Resolved:
+        """The config's engine settings, model, flags, env and request-side fields (a Resolved one as it is)."""
+        if isinstance(config, Resolved):
+            return config
+        flags, env, request = self.split(config)
+        return Resolved(config, self.engine_settings(config.engine), self.model_choice(config.model), flags, env,
+                        request)
+
+    def request(self, config: Config, log_dir: Path, fresh: bool = False) -> RunRequest:
+        """The RunRequest that starts `config`'s server, logging under `log_dir`; `fresh`: never reuse one."""
+        return self.resolve(config).run_request(log_dir, fresh)
 
     def split(self, config: Config) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
         """(engine flags, env vars, request-side fields) of a config, fixed args included."""

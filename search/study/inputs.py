@@ -10,7 +10,7 @@ import optuna
 
 from harness.measure.roofline import Roofline, build_roofline
 from harness.quality.reference import ReferenceAnswers, ReferenceStore, reference_config, reference_key
-from harness.session import RunRequest, Session
+from harness.session import Session
 from search.space.space import Config, Space
 
 
@@ -32,10 +32,8 @@ class ReferenceCapture:
         answers = store.load(reference_key(config.model, params, spec))
         if answers is None:
             self.phase("capturing reference answers on the reference config (once per study)")
-            flags, env, _ = self.space.split(config)
             answers = self.session.capture_reference(
-                RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model), flags,
-                           env, self.results_dir / "reference"),
+                self.space.request(config, self.results_dir / "reference"),
                 spec, config.model, params, self.space.m.measure.request_timeout_s)
             store.save(answers)
         self._answers = answers

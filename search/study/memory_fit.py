@@ -38,7 +38,7 @@ from harness.engines import get_engine
 from harness.measure.user_prompts import PromptSource, load_prompts
 from harness.measure.workloads import WorkloadSpec
 from harness.quality.checks import Check, checks_for
-from search.space.space import Config, Space
+from search.space.space import Config, Resolved, Space
 
 # A short item's prompt has no declared size: chars/2 plus a chat template is an upper bound for
 # the tokenizers in use (English text runs at ~4 chars per token).
@@ -178,14 +178,15 @@ def quality_checks(space: Space) -> tuple[Check, ...]:
     return checks_for(suite) if suite else ()
 
 
-def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> FitEstimate | None:
+def estimate(space: Space, config: Config | Resolved, free: LocalMemory | None = None) -> FitEstimate | None:
     """None when the space states too little to judge (no context knob set, no device or model size).
     `free`: the device's free memory at start (see free_at_start), read by the caller once per study."""
+    resolved = space.resolve(config)
+    config = resolved.config
     if not space.loads(config.engine, config.model):
         return FitEstimate(False, 0.0, 0.0, f"engine {config.engine} does not load checkpoint {config.model} "
                            f"(engines.{config.engine}.models)", reason="pair")
-    settings = space.engine_settings(config.engine)
-    flags, _, request = space.split(config)
+    settings, flags, request = resolved.settings, resolved.flags, dict(resolved.request)
     knobs = get_engine(settings.dialect).memory_knobs(settings, flags)
     longest, where = longest_request(space, request, only=objective_workloads(space), with_quality=False)
     if knobs.context_tokens is not None and knobs.context_tokens < longest:
@@ -193,7 +194,7 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
                            f"context limit {knobs.context_tokens} tokens < {longest} tokens of the longest "
                            f"request ({where}, prompt + output)", reason="context")
     device = space.m.device
-    model = space.model_choice(config.model)
+    model = resolved.model
     if device is None or device.memory_gb is None or model.size_gb is None:
         return None
     util = knobs.utilization if knobs.utilization is not None else device.default_utilization
@@ -211,7 +212,7 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
               f"= {need:.1f} GB vs {device.memory_gb:.1f} GB x {util:.2f} - {device.reserve_gb:.1f} GB reserve "
               f"= {available:.1f} GB{free_note}")
     warnings = []
-    skipped = workloads_beyond_context(space, config)
+    skipped = workloads_beyond_context(space, resolved)
     if skipped:
         warnings.append(f"not measured at this {knobs.context_tokens}-token context: " + ", ".join(
             f"{name} ({tokens} tokens)" for name, tokens in skipped))
@@ -228,17 +229,17 @@ def estimate(space: Space, config: Config, free: LocalMemory | None = None) -> F
     return FitEstimate(need <= available, need, available, detail, "; ".join(warnings) or None)
 
 
-def workloads_beyond_context(space: Space, config: Config) -> list[tuple[str, int]]:
+def workloads_beyond_context(space: Space, config: Config | Resolved) -> list[tuple[str, int]]:
     """(workload, tokens of its longest request) of each workload longer than the config's context
     limit: not measured for this config (a shorter context is a choice, e.g. Atlas at 4096, not a
     failure). Those an objective reads are never among them: estimate() rejects such a config."""
-    settings = space.engine_settings(config.engine)
-    flags, _, request = space.split(config)
-    context = get_engine(settings.dialect).memory_knobs(settings, flags).context_tokens
+    resolved = space.resolve(config)
+    settings = resolved.settings
+    context = get_engine(settings.dialect).memory_knobs(settings, resolved.flags).context_tokens
     if context is None:
         return []
     out = []
-    for spec in space.workload_specs(request):
+    for spec in space.workload_specs(dict(resolved.request)):
         longest = max(prompt + output for prompt, output, _ in stream_requests(spec))
         if longest > context:
             out.append((spec.name, longest))

@@ -29,7 +29,7 @@ from optuna.trial import TrialState as OptunaState
 from harness.failure import Cause, Failure, TrialFailed
 from harness.launch.reaper import Terminated, worker_tag
 from harness.quality.quality import QualityResult
-from harness.session import Measurement, QualityPlan, RunningConfig, RunRequest, Session, free_port
+from harness.session import Measurement, QualityPlan, RunningConfig, Session, free_port
 from search.sampling.noise import probe, probe_due, stop_rule_floor
 from search.sampling.pruning import clearly_worse
 from search.sampling.sampler import (
@@ -41,7 +41,7 @@ from search.sampling.sampler import (
     trial_origin,
 )
 from search.sampling.stopping import study_should_stop
-from search.space.space import Config, Space
+from search.space.space import Config, Resolved, Space
 from search.store.results import ResultsError, TrialRecord, TrialState, write_json_atomic
 from search.store.storage import BUDGET_ATTR, counted_trials, default_storage, make_storage, open_study, stored_records
 from search.store.trial_index import RECORD_ATTR, TrialIndex
@@ -230,8 +230,9 @@ class StudyRunner:
         trial.set_user_attr("worker", worker_tag())
         trial_dir = self.results_dir / "trials" / f"{trial.number:04d}"
         try:
-            if self._resolve(trial, config, record):  # resolve
-                self._run(trial, config, record, trial_dir)  # run
+            resolved = self.space.resolve(config)  # its engine settings, flags and env: once a trial
+            if self._resolve(trial, resolved, record):  # resolve
+                self._run(trial, resolved, record, trial_dir)  # run
                 self._known_in_a_row = 0
         except TrialFailed as exc:
             if exc.failure.cause == MEMORY_HELD:  # the machine's memory, not the config: no result, no budget
@@ -266,8 +267,9 @@ class StudyRunner:
         return self._tell(trial, record)  # tell
 
     # ---- resolve ----------------------------------------------------------------------------
-    def _resolve(self, trial: optuna.Trial, config: Config, record: TrialRecord) -> bool:
+    def _resolve(self, trial: optuna.Trial, resolved: Resolved, record: TrialRecord) -> bool:
         """False when the config needs no run (known result, rejected value, run elsewhere)."""
+        config = resolved.config
         params = config.as_params()
         self.index.refresh(self.study, own=trial.number)
         previous = self.index.identical(params)
@@ -304,8 +306,8 @@ class StudyRunner:
                 self.reporter.note(f"stopping: {self.stop_reason}")
                 self._record(trial, record, self.results_dir / "trials" / f"{trial.number:04d}", time.monotonic())
                 raise SkipTrial(self.stop_reason)
-        self._free_memory = self.memory.before_start(config)  # unified memory: measured before every start
-        fit = estimate(self.space, config, self._free_memory)
+        self._free_memory = self.memory.before_start(resolved)  # unified memory: measured before every start
+        fit = estimate(self.space, resolved, self._free_memory)
         if fit is not None and not fit.fits:
             self.reporter.phase(f"not launched: cannot fit ({fit.detail})")
             raise TrialFailed(Failure(Cause.WONT_FIT, f"rejected before launch: {fit.detail}"))
@@ -314,17 +316,16 @@ class StudyRunner:
         return True
 
     # ---- run --------------------------------------------------------------------------------
-    def _run(self, trial: optuna.Trial, config: Config, record: TrialRecord, trial_dir: Path) -> None:
+    def _run(self, trial: optuna.Trial, resolved: Resolved, record: TrialRecord, trial_dir: Path) -> None:
         """One server start, measured at every load point; stopped early once clearly worse."""
-        flags, env, _ = self.space.split(config)
-        req = RunRequest(self.space.engine_settings(config.engine), self.space.model_choice(config.model),
-                         flags, env, trial_dir)
+        config = resolved.config
+        req = resolved.run_request(trial_dir)
         m = self.space.m
         quality = QualityPlan(m.quality, self.reference.answers(), m.measure.request_timeout_s) \
             if judges_quality(self.space) else None
         judged: QualityResult | None = None
         # Workloads longer than this config's context are not measured for it (a choice, not a failure).
-        beyond = {name for name, _ in workloads_beyond_context(self.space, config)}
+        beyond = {name for name, _ in workloads_beyond_context(self.space, resolved)}
         specs = [s for s in self.space.curve_specs() if s.name.partition("@")[0] not in beyond]
         points = list(dict.fromkeys(s.name.partition("@")[2] for s in specs))  # in ladder order
         for i, point in enumerate(points):
@@ -332,7 +333,7 @@ class StudyRunner:
                 return self.session.run(req, [s for s in specs if s.name.partition("@")[2] == point],
                                         measure_settings(self.space), quality if i == 0 else None,
                                         self.rooflines.of(config))
-            measured = retry_if_memory_held(self.memory, config, start, self.reporter.phase) if i == 0 else start()
+            measured = retry_if_memory_held(self.memory, resolved, start, self.reporter.phase) if i == 0 else start()
             if i == 0 and measured.reused_server:
                 self.reporter.phase("reused the running server")
             fill(record, measured, first=i == 0, kv_context=m.measure.kv_context_tokens)

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from harness.engines import get_engine
 from harness.failure import Failure, TrialFailed
-from search.space.space import Config, Space
+from search.space.space import Config, Resolved, Space
 from search.study.memory_fit import LocalMemory, free_at_start
 
 T = TypeVar("T")
@@ -52,17 +52,17 @@ class MemoryGuard:
         self.last: LocalMemory | None = None  # free memory at the latest start
         self.refused_in_a_row = 0  # trials whose start was refused twice for memory held elsewhere
 
-    def share_gb(self, config: Config) -> float | None:
+    def share_gb(self, config: Config | Resolved) -> float | None:
         """The memory the engine asks for at start (device memory x its share), where known."""
         device = self.space.m.device
         if device is None or device.memory_gb is None:
             return None
-        settings = self.space.engine_settings(config.engine)
-        flags, _, _ = self.space.split(config)
-        util = get_engine(settings.dialect).memory_knobs(settings, flags).utilization
+        resolved = self.space.resolve(config)
+        settings = resolved.settings
+        util = get_engine(settings.dialect).memory_knobs(settings, resolved.flags).utilization
         return device.memory_gb * (util if util is not None else device.default_utilization)
 
-    def before_start(self, config: Config) -> LocalMemory | None:
+    def before_start(self, config: Config | Resolved) -> LocalMemory | None:
         """Free memory now (None where the device is not this machine); the page cache dropped first
         where it holds memory the engine's share needs and the user allows it."""
         free = free_at_start(self.space)
@@ -84,7 +84,7 @@ class MemoryGuard:
         except (OSError, subprocess.SubprocessError) as exc:
             self.say(f"unified memory: dropping the page cache failed ({exc}); starting anyway")
 
-    def held(self, config: Config, failure: Failure) -> str | None:
+    def held(self, config: Config | Resolved, failure: Failure) -> str | None:
         """Why a failed start was the machine's memory, not the config's (None: it was the config):
         it failed for memory while less than the engine's share was free at start."""
         text = " ".join([failure.cause, failure.detail, *failure.log_tail])
@@ -99,7 +99,7 @@ class MemoryGuard:
                 "the cache)")
 
 
-def retry_if_memory_held(guard: MemoryGuard, config: Config, start: Callable[[], T],
+def retry_if_memory_held(guard: MemoryGuard, config: Config | Resolved, start: Callable[[], T],
                          phase: Callable[[str], None]) -> T:
     """`start()`, re-tried once (after measuring again) when it was refused for memory held
     elsewhere; refused again, a TrialFailed with cause MEMORY_HELD."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
+import pytest
 
 from search.sampling.sampler import is_failed
 from search.space.space import Config, Space, parse_space
@@ -68,3 +70,31 @@ def test_study_records_a_misfit_without_launching(tmp_path: Path) -> None:
     assert runner.starts == 1  # only the default was attempted; the misfit never was
     # Failures are told so that every sampler ranks them below any measured config (search/sampling/sampler.py).
     assert all(t.state == optuna.trial.TrialState.COMPLETE and is_failed(t) for t in runner.study.trials)
+
+
+def test_a_trial_resolves_its_config_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory guard, the fit estimate, the context check and the run read one resolution of the
+    trial's config (Space.resolve), not one each."""
+    s = parse_space(space())
+    runner = StudyRunner(s, default_storage(tmp_path), "once", tmp_path, Quiet())
+    runner.study.enqueue_trial({"gpu_memory_utilization": 0.5, "max_model_len": 131072, "kv_cache_dtype": "auto"},
+                               skip_if_exists=False)
+    splits: list[int] = []  # per trial: how often its config was turned into flags, env and request fields
+    real_split, real_objective = Space.split, StudyRunner._objective
+
+    def split(self: Space, config: Config) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+        if splits:
+            splits[-1] += 1
+        return real_split(self, config)
+
+    def objective(self: StudyRunner, trial: optuna.Trial) -> list[float]:
+        splits.append(0)
+        return real_objective(self, trial)
+
+    monkeypatch.setattr(Space, "split", split)
+    monkeypatch.setattr(StudyRunner, "_objective", objective)
+    runner.run(n_trials=2)
+    # Trial 0 (the default) was launched (and failed: no such command), trial 1 was rejected by the estimate.
+    assert [t.user_attrs["flagsearch_record"]["failure"]["cause"] for t in runner.study.trials] == \
+        ["bad_command", "wont_fit"]
+    assert splits == [1, 1]

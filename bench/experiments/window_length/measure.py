@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from harness import MeasureSettings, RunRequest, Session
+from harness import MeasureSettings, Session
 from search.space.space import load_space
 
 SPACE = """
@@ -46,14 +46,12 @@ def main(max_tokens: int, runs: int, starts: int, threads: int) -> list[dict[str
     (tmp / "space.yaml").write_text(SPACE.format(threads=threads, runs=runs, max_tokens=max_tokens))
     space = load_space(tmp / "space.yaml")
     config = space.sample(optuna.trial.FixedTrial({"threads": threads}))
-    flags, env, _ = space.split(config)
     m = space.m.measure
     settings = MeasureSettings(m.repeats, m.warmup, m.request_timeout_s, m.policy("decode_tok_s"))
     rows: list[dict[str, Any]] = []
     with Session(keep_server=False) as session:
         for i in range(starts):
-            request = RunRequest(space.engine_settings(config.engine), space.model_choice(config.model), flags, env,
-                                 tmp / f"start{i}", fresh=True)
+            request = space.request(config, tmp / f"start{i}", fresh=True)
             wm = session.run(request, space.workload_specs({}), settings).workloads["single"]
             for s in wm.samples:
                 r = s.requests[0]
