@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.sampling.surrogate import FailureModel, Observation, improvement_scores
 from search.space.schema import REQUEST_SIDE, FixedParam
 from search.space.space import Space
-from search.space.values import distribution
+from search.space.values import default_value, distribution
 from search.store.trial_index import RECORD_ATTR
 
 FAILED_KEY = "failed"
@@ -85,7 +85,7 @@ def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Obser
     params = trial.params or trial.system_attrs.get("fixed_params", {})
     feasible = all(v <= 0 for v in trial.constraints.values())
     value = None if is_failed(trial) or not trial.values else trial.values[0]
-    return Observation({k: params[k] for k in dists}, value, feasible)
+    return Observation({k: params.get(k, INACTIVE) for k in dists}, value, feasible)
 
 
 def probe_observations(study: Study, dists: dict[str, BaseDistribution]) -> list[Observation]:
@@ -96,9 +96,9 @@ def probe_observations(study: Study, dists: dict[str, BaseDistribution]) -> list
     if first is None or not probes:
         return []
     params = first.params or first.system_attrs.get("fixed_params", {})
-    if not set(dists) <= set(params):
+    if not {k for k, d in dists.items() if not _has_inactive(d)} <= set(params):
         return []
-    return [Observation({k: params[k] for k in dists}, float(v)) for v in probes if v]
+    return [Observation({k: params.get(k, INACTIVE) for k in dists}, float(v)) for v in probes if v]
 
 
 def design_space(space: Space) -> dict[str, BaseDistribution]:
@@ -116,6 +116,76 @@ def design_space(space: Space) -> dict[str, BaseDistribution]:
         if dist is not None:
             out[name] = dist
     return out
+
+
+INACTIVE = None  # a conditional param's value in a config where its `when` does not hold (not set)
+
+
+def model_space(space: Space) -> dict[str, BaseDistribution]:
+    """The params a config is identified by and the model of results sees: `design_space`'s, then every
+    conditional launch-side param with finite choices, as a categorical whose extra choice INACTIVE
+    stands for "not set" (its `when` does not hold). Two configs that differ only in a conditional param
+    (a quantized V cache where flash attention is on) are two configs, not one measured twice."""
+    out = design_space(space)
+    for name, param in space.m.params.items():
+        if not param.when or isinstance(param, FixedParam) or param.side == "request":
+            continue
+        dist = distribution(param)
+        choices = _finite_choices(dist) if dist is not None else None
+        if choices is not None:
+            out[name] = CategoricalDistribution([*choices, INACTIVE])
+    return out
+
+
+def conditional_space(space: Space) -> dict[str, BaseDistribution]:
+    """The conditional launch-side params' own distributions (what the trial suggests where they apply)."""
+    out: dict[str, BaseDistribution] = {}
+    for name, param in space.m.params.items():
+        if param.when and not isinstance(param, FixedParam) and param.side != "request":
+            dist = distribution(param)
+            if dist is not None:
+                out[name] = dist
+    return out
+
+
+def _has_inactive(dist: BaseDistribution) -> bool:
+    return isinstance(dist, CategoricalDistribution) and INACTIVE in dist.choices
+
+
+def launch_configs(space: Space) -> list[dict[str, Any]] | None:
+    """Every config of a discrete space over `model_space`'s params, a conditional param INACTIVE where
+    its `when` does not hold: what the space can start. None when a searched launch-side param has no
+    finite choices or there are more than MAX_ENUMERATE."""
+    partials = [{"engine": e, "model": m.name} for e in space.m.engines for m in space.m.models]
+    for name, param in space.m.params.items():
+        if param.side == "request":
+            continue
+        dist = distribution(param)
+        if isinstance(param, FixedParam) or dist is None:  # one value: for the `when` of later params only
+            partials = [{**c, name: default_value(param)} if space.applies(name, c) else c for c in partials]
+            continue
+        choices = _finite_choices(dist)
+        if choices is None:
+            return None
+        partials = [grown for c in partials
+                    for grown in ([{**c, name: v} for v in choices] if space.applies(name, c) else [c])]
+        if len(partials) > MAX_ENUMERATE:
+            return None
+    dists = model_space(space)
+    return [{k: c.get(k, INACTIVE) for k in dists} for c in partials]
+
+
+def config_key(params: dict[str, Any], dists: dict[str, BaseDistribution]) -> str | None:
+    """Identity of a config over `dists` (model_space's: a conditional param absent is INACTIVE); None when
+    it lacks a param every config has."""
+    if not {k for k, d in dists.items() if not _has_inactive(d)} <= set(params):
+        return None
+    return repr([(k, params.get(k, INACTIVE)) for k in dists])
+
+
+def set_values(config: dict[str, Any]) -> dict[str, Any]:
+    """A config as a trial's params: INACTIVE (not set) conditional params left out."""
+    return {k: v for k, v in config.items() if v is not INACTIVE}
 
 
 def _finite_choices(dist: BaseDistribution) -> list[Any] | None:
@@ -200,14 +270,24 @@ INNER_NAMES = {"TPESampler": "guided: TPE", "NSGAIISampler": "guided: NSGA-II", 
 
 
 class FlagSampler(BaseSampler):
-    """A fixed space-filling design for the first trials, then `inner` (TPE or NSGA-II). A
-    proposal identical to an earlier or running trial is drawn again (RESAMPLE_TRIES times),
-    then replaced by the closest untried config."""
+    """A fixed space-filling design for the first trials, then the model of results (or `inner`: TPE or
+    NSGA-II). Every proposal is a config not yet measured, failed, running or queued: a proposal that
+    repeats one is no trial (it would start nothing and teach nothing), so it is drawn again
+    (RESAMPLE_TRIES times, the inner sampler) and then replaced by the untried config of highest
+    expected improvement under the model of results, or where the model cannot judge yet by the
+    closest untried config. Only when no config is left untried does a repeat come back."""
 
     def __init__(self, dists: dict[str, BaseDistribution], inner: BaseSampler, n_design: int,
                  design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03,
-                 allowed: Callable[[dict[str, Any]], bool] | None = None):
+                 allowed: Callable[[dict[str, Any]], bool] | None = None,
+                 model_dists: dict[str, BaseDistribution] | None = None,
+                 conditional: dict[str, BaseDistribution] | None = None,
+                 configs: list[dict[str, Any]] | None = None):
         self.dists = dists
+        # The params a config is identified by (the design's and the conditional ones, INACTIVE where not set),
+        # the conditional params' own distributions, and every config of a discrete space (make_sampler).
+        self.model_dists = model_dists if model_dists is not None else dists
+        self.conditional = conditional or {}
         self.inner = inner
         self.n_design = n_design
         self.guide = guide
@@ -221,14 +301,15 @@ class FlagSampler(BaseSampler):
             self.design = [row for row in wider if self.allowed(row)][:n_design]
         self._rng = np.random.default_rng(seed)
         self._random = RandomSampler(seed=seed)
-        configs = enumerate_configs(dists) if dists else None
-        self.all_configs = None if configs is None else [c for c in configs if self.allowed(c)]
+        if configs is None and not self.conditional:
+            configs = enumerate_configs(dists) if dists else None
+        self.all_configs = None if configs is None else [c for c in configs if self.allowed(set_values(c))]
         self.origins: dict[int, str] = {}  # trial number -> how its config was chosen (shown in progress)
 
     # ---- BaseSampler --------------------------------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         inner = self.inner.infer_relative_search_space(study, trial)
-        return {**inner, **self.dists}
+        return {**inner, **self.dists, **self.conditional}
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -238,27 +319,34 @@ class FlagSampler(BaseSampler):
         proposal = self.inner.sample_relative(study, trial, inner_space)
         row = self._design_row(study, trial)
         origin = INNER_NAMES.get(type(self.inner).__name__, type(self.inner).__name__)
+        taken = self._taken(study, trial)
         if row is not None:
             proposal = {**proposal, **self.design[row]}
             origin = f"space-filling design {row + 1}/{len(self.design)}"
         elif self.guide == "gp":
-            guided = self._gp_choice(study, trial)
+            guided = self._gp_choice(study, taken)
             if guided is not None:
                 self.origins[trial.number] = "guided: the highest expected improvement under the model of results"
-                return {**proposal, **guided}
-        proposal = self._complete(proposal)
-        taken = self._taken(study, trial)
-        for _ in range(RESAMPLE_TRIES):
-            if self._fresh(proposal, taken):
+                return {**proposal, **set_values(guided)}
+        config = self._untried_match(self._complete(proposal), taken)
+        for _ in range(RESAMPLE_TRIES if row is None else 0):
+            if config is not None:
                 break
             proposal = self._complete(self.inner.sample_relative(study, trial, inner_space))
-        if not self._fresh(proposal, taken):
-            fresh = self._untried(taken, proposal)
-            if fresh is not None:
-                proposal = {**proposal, **fresh}
-                origin = "the closest untried config (the sampler repeated a tried one)"
+            config = self._untried_match(proposal, taken)
+        if config is None:
+            # The proposal repeats a config already taken: the untried one the model expects most of, else
+            # the closest untried one. None: every config is taken, the repeat stands (the loop says so).
+            config = self._gp_choice(study, taken) if self.guide == "gp" else None
+            if config is not None:
+                origin = (f"guided: the highest expected improvement under the model of results ({origin} "
+                          "proposed a measured config)")
+            else:
+                config = self._untried(taken, proposal)
+                if config is not None:
+                    origin = f"the closest untried config ({origin} proposed a measured config)"
         self.origins[trial.number] = origin
-        return proposal
+        return {**proposal, **set_values(config)} if config is not None else self._complete(proposal)
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
@@ -290,32 +378,43 @@ class FlagSampler(BaseSampler):
         row = trial.number - enqueued
         return row if 0 <= row < len(self.design) else None
 
-    def _gp_choice(self, study: Study, trial: FrozenTrial) -> dict[str, Any] | None:
+    def _left(self, taken: set[str]) -> list[dict[str, Any]]:
+        """The untried configs of a discrete space ([] for another space)."""
+        return [c for c in self.all_configs or [] if self._key(c) not in taken]
+
+    def _gp_choice(self, study: Study, taken: set[str]) -> dict[str, Any] | None:
         """The untried config of highest expected improvement under search/sampling/surrogate.py's model
-        (single objective, enumerable spaces; None otherwise: the inner sampler decides)."""
+        (single objective, enumerable spaces; None otherwise, or with fewer than two results)."""
         if len(study.directions) != 1 or self.all_configs is None:
             return None
         observed: list[Observation] = []
-        taken = self._taken(study, trial)
         for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=False):
             key = self._key(t.params)
             if key is not None and t.values and not is_reused(t):
-                observed.append(observation(t, self.dists))
+                observed.append(observation(t, self.model_dists))
         if sum(o.usable for o in observed) < 2:
             return None
-        untried = [c for c in self.all_configs if self._key(c) not in taken]
+        untried = self._left(taken)
         if not untried:
             return None
-        failures = FailureModel(observed, self.dists)
+        failures = FailureModel(observed, self.model_dists)
         candidates = [c for c in untried if not failures.fails(c)] or untried
         maximize = study.directions[0] == StudyDirection.MAXIMIZE
-        observed += probe_observations(study, self.dists)
-        ei = improvement_scores(observed, candidates, self.dists, self.noise_floor, maximize)
+        observed += probe_observations(study, self.model_dists)
+        ei = improvement_scores(observed, candidates, self.model_dists, self.noise_floor, maximize)
         top = np.flatnonzero(ei >= ei.max() * (1 - 1e-9))
         return candidates[int(top[int(self._rng.integers(len(top)))])]
 
-    def _fresh(self, proposal: dict[str, Any], taken: set[str]) -> bool:
-        return self._key(proposal) not in taken and self.allowed(proposal)
+    def _untried_match(self, proposal: dict[str, Any], taken: set[str]) -> dict[str, Any] | None:
+        """The proposal as an untried config, or None when it repeats a taken one. Of a discrete space,
+        the untried config with the proposal's design params (its conditional params as proposed where
+        that one is untried, else the first untried setting of them); of another space, the proposal
+        itself where its design params are new."""
+        if self.all_configs is None:
+            return proposal if self._key(proposal) not in taken and self.allowed(proposal) else None
+        same = [c for c in self._left(taken) if all(c[k] == proposal.get(k) for k in self.dists)]
+        exact = [c for c in same if all(c[k] == proposal.get(k, INACTIVE) for k in self.conditional)]
+        return (exact or same)[0] if same else None
 
     def _complete(self, proposal: dict[str, Any]) -> dict[str, Any]:
         """Design params the inner sampler left out (its random start, NSGA-II's mutations) are
@@ -324,14 +423,14 @@ class FlagSampler(BaseSampler):
         return {**missing, **proposal}
 
     def _key(self, params: dict[str, Any]) -> str | None:
-        """Identity of a proposal over the design params; None when it does not cover them all."""
-        if not self.dists or not set(self.dists) <= set(params):
+        """Identity of a config over the design and conditional params; None when it lacks a design param."""
+        if not self.dists:
             return None
-        return repr([(k, params[k]) for k in self.dists])
+        return config_key(params, self.model_dists)
 
     def _taken(self, study: Study, trial: FrozenTrial) -> set[str]:
         """Configs already measured, failed, running or queued (FAIL = interrupted: to be re-run).
-        Only trials with no params beyond the design's count: conditional params sampled later
+        Only trials with no params beyond the identifying ones count: params sampled later
         could still make a new config differ."""
         out = set()
         states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
@@ -340,7 +439,7 @@ class FlagSampler(BaseSampler):
                 continue
             params = t.params or t.system_attrs.get("fixed_params", {})
             # Request-side params are measured at every start: they never make a config new.
-            if set(params) - set(self.dists) - {"engine", "model"} - set(REQUEST_SIDE):
+            if set(params) - set(self.model_dists) - {"engine", "model"} - set(REQUEST_SIDE):
                 continue
             key = self._key(params)
             if key is not None:
@@ -348,18 +447,18 @@ class FlagSampler(BaseSampler):
         return out
 
     def _untried(self, taken: set[str], near: dict[str, Any]) -> dict[str, Any] | None:
-        """An untried config: of a discrete space, one closest to what the model wanted (fewest
-        params changed; ties at random), so the model's choice still steers."""
+        """An untried config: of a discrete space, one closest to what was proposed (fewest
+        params changed; ties at random), so the proposal still steers."""
         if self.all_configs is not None:
-            left = [c for c in self.all_configs if self._key(c) not in taken]
+            left = self._left(taken)
             if not left:
                 return None
-            distance = [sum(c[k] != near.get(k) for k in self.dists) for c in left]
+            distance = [sum(c[k] != near.get(k, INACTIVE) for k in self.model_dists) for c in left]
             closest = [c for c, d in zip(left, distance, strict=True) if d == min(distance)]
             return closest[int(self._rng.integers(len(closest)))]
         for _ in range(1000):
             config = {k: _random_value(d, self._rng) for k, d in self.dists.items()}
-            if self._fresh(config, taken):
+            if self._key(config) not in taken and self.allowed(config):
                 return config
         return None
 
@@ -393,25 +492,24 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
 
         def allowed(config: dict[str, Any]) -> bool:  # the pairs the space's engines load
             return space.loads(config.get("engine", engines[0]), config.get("model", models[0]))
-    return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed)
+    conditional = conditional_space(space)
+    configs = launch_configs(space) if conditional else None
+    return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed,
+                       model_dists=model_space(space) if configs is not None else None,
+                       conditional=conditional if configs is not None else None, configs=configs)
 
 
 def space_exhausted(study: Study, space: Space) -> bool:
-    """True when every config of a discrete space (over its unconditional launch-side params)
-    has been measured, failed, or is running: the study has nothing new to try."""
-    dists = design_space(space)
-    configs = enumerate_configs(dists)
-    if configs is None or any(p.when for p in space.m.params.values()
-                              if not isinstance(p, FixedParam) and p.side == "launch"):
+    """True when every config of a discrete space (over its launch-side params, conditional ones where
+    their `when` holds) has been measured, failed, or is running or queued: nothing new is left to try."""
+    configs = launch_configs(space)
+    if configs is None:
         return False
-    keys = {repr([(k, c[k]) for k in dists]) for c in configs}
+    dists = model_space(space)
     states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    seen = set()
-    for t in study.get_trials(deepcopy=False, states=states):
-        params = t.params or t.system_attrs.get("fixed_params", {})
-        if set(dists) <= set(params):
-            seen.add(repr([(k, params[k]) for k in dists]))
-    return keys <= seen
+    seen = {config_key(t.params or t.system_attrs.get("fixed_params", {}), dists)
+            for t in study.get_trials(deepcopy=False, states=states)}
+    return {config_key(c, dists) for c in configs} <= seen
 
 
 def tell_failed_args(directions: Sequence[StudyDirection | str]) -> dict[str, Any]:

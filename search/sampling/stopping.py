@@ -28,7 +28,15 @@ from optuna.distributions import BaseDistribution
 from optuna.study import Study, StudyDirection
 from optuna.trial import TrialState
 
-from search.sampling.sampler import design_space, enumerate_configs, is_reused, observation, probe_observations
+from search.sampling.sampler import (
+    config_key,
+    is_reused,
+    launch_configs,
+    model_space,
+    observation,
+    probe_observations,
+    set_values,
+)
 from search.sampling.surrogate import FailureModel, Observation, detectable, expected_improvement, fit_gp
 from search.space.space import Space
 
@@ -86,7 +94,7 @@ def nothing_left_to_win(observed: Sequence[Observation], untried: Sequence[dict[
     reason = (f"nothing left to win: {said} is below {100 * share:g}% of what a {rounds}-round confirmation "
               f"detects ({100 * delta:.1f}%); {len(untried)} configs left untried" if stop
               else f"{said} is worth a start (it may reach {bound:.4g})")
-    return StopDecision(stop, reason, incumbent, bound, dict(untried[i]), float(gain[i]), delta, model.noise)
+    return StopDecision(stop, reason, incumbent, bound, set_values(untried[i]), float(gain[i]), delta, model.noise)
 
 
 def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, Any]], bool] | None = None,
@@ -95,14 +103,13 @@ def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, 
     objective; failures (see search.sampling.sampler) as value None. Running and queued configs are
     neither: they are not untried. `allowed`: the configs the sampler may propose at all (as
     make_sampler's); the others are not untried either, since no trial will ever run them."""
-    dists = design_space(space)
+    dists = model_space(space)
     observed: list[Observation] = []
     taken: set[str] = set()
     for t in study.get_trials(deepcopy=False):
-        params = t.params or t.system_attrs.get("fixed_params", {})
-        if not set(dists) <= set(params):
+        key = config_key(t.params or t.system_attrs.get("fixed_params", {}), dists)
+        if key is None:
             continue
-        key = repr([(k, params[k]) for k in dists])
         if t.state in (TrialState.RUNNING, TrialState.WAITING):
             taken.add(key)
         elif t.state == TrialState.COMPLETE:
@@ -112,8 +119,8 @@ def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, 
         elif t.state == TrialState.PRUNED:  # stopped early for performance: measured, not a winner
             taken.add(key)
     observed += probe_observations(study, dists)
-    configs = enumerate_configs(dists) or []
-    untried = [c for c in configs if repr([(k, c[k]) for k in dists]) not in taken and (allowed is None or allowed(c))]
+    configs = launch_configs(space) or []
+    untried = [c for c in configs if config_key(c, dists) not in taken and (allowed is None or allowed(set_values(c)))]
     return observed, untried
 
 
@@ -123,9 +130,9 @@ def study_should_stop(study: Study, space: Space, noise_floor: float,
     """The loop's entry point: call after each finished trial; stop with `reason` when `stop`.
     Single objective only (with several objectives it stops only when the space is exhausted);
     spaces too large or continuous to enumerate never stop here (their budget does)."""
-    dists = design_space(space)
-    if enumerate_configs(dists) is None:
+    if launch_configs(space) is None:
         return StopDecision(False, "the space is too large or continuous to judge what is left")
+    dists = model_space(space)
     observed, untried = study_observations(study, space, allowed)
     maximize = study.directions[0] == StudyDirection.MAXIMIZE
     if len(study.directions) > 1 and untried:

@@ -213,6 +213,11 @@ class Space:
             out += [replace(spec, name=f"{spec.name}@{label}") for spec in self.workload_specs(point)]
         return out
 
+    def applies(self, name: str, chosen: dict[str, Any]) -> bool:
+        """Whether param `name` is sampled, given the values chosen so far (engine, model and the params
+        declared before it): its `when` holds."""
+        return self._active(self.m.params[name].when, chosen)
+
     def _active(self, when: dict[str, Any], chosen: dict[str, Any]) -> bool:
         for key, expected in when.items():
             if key.startswith("model."):

@@ -75,7 +75,7 @@ from search.study.unified_memory import MEMORY_HELD, MemoryGuard, retry_if_memor
 __all__ = ["BUDGET_ATTR", "RECORD_ATTR", "Reporter", "StudyRunner", "counted_trials", "default_storage", "free_port",
            "make_storage", "open_study", "stored_records"]
 
-EXHAUSTED_AFTER = 25  # consecutive suggestions that were all known: the space is exhausted
+EXHAUSTED_AFTER = 25  # consecutive suggestions that started nothing (known or rejected): stop, saying so
 
 
 class Reporter(Protocol):
@@ -209,8 +209,13 @@ class StudyRunner:
         reason = None
         if study.get_trials(deepcopy=False, states=(OptunaState.WAITING,)):
             return  # queued configs (the default, a resume, a warm start) run first, whatever the rule
-        if self._known_in_a_row >= EXHAUSTED_AFTER or space_exhausted(study, self.space):
+        if space_exhausted(study, self.space):
             reason = "the space is exhausted: every config was tried"
+        elif self._known_in_a_row >= EXHAUSTED_AFTER:
+            # The sampler replaces a repeat by an untried config (search/sampling/sampler.py); repeats in a row
+            # are left in a space it cannot enumerate, or where what is untried holds rejected values.
+            reason = (f"the last {self._known_in_a_row} proposals were configs already tried or holding a value the "
+                      "engine rejected, so nothing new was started; untried configs may remain")
         else:
             decision = study_should_stop(study, self.space, self.noise_floor_value())
             if decision.stop:

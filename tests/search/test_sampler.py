@@ -20,10 +20,13 @@ from search.sampling.sampler import (
     design_space,
     failure_values,
     latin_design,
+    launch_configs,
     make_sampler,
     space_exhausted,
     worker_seed,
 )
+from search.sampling.stopping import study_observations
+from search.sampling.surrogate import repeat_spread
 from search.space.space import Space, parse_space
 from search.store.trial_index import RECORD_ATTR
 
@@ -293,3 +296,49 @@ def test_a_reused_result_is_no_observation_of_the_guided_phase() -> None:
     next_x(study, space)
     n = study.trials[-1].number
     assert sampler.origins[n].startswith("guided: the highest"), sampler.origins  # type: ignore[attr-defined]
+
+
+# The space of the H200 search that gave up (flash attention, a V cache type only where it is on, and two
+# more knobs): 24 configs, 8 of them differing from another only in the conditional param.
+CONDITIONAL = {"threads": {"type": "categorical", "choices": [2, 1], "default": 2},
+               "parallel": {"type": "categorical", "choices": [2, 1], "default": 2},
+               "ubatch_size": {"type": "categorical", "choices": [512, 128], "default": 512},
+               "flash_attn": {"type": "categorical", "choices": ["on", "off"], "default": "on"},
+               "cache_type_v": {"type": "categorical", "choices": ["f16", "q8_0"], "default": "f16",
+                                "when": {"flash_attn": "on"}}}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_conditional_param_never_makes_the_sampler_repeat_a_measured_config(seed: int) -> None:
+    """The model and the design identified a config by its unconditional params, so a config measured with
+    the V cache at q8_0 looked untried and was proposed again: 9-11 distinct configs in 24 proposals. Every
+    proposal is now a config not yet taken, all 24 are proposed once, then (only then) the space is
+    exhausted."""
+    space = make_space(CONDITIONAL, trials=24)
+    assert len(launch_configs(space) or []) == 24
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(space, seed))
+    study.enqueue_trial(space.default_config())
+    seen = []
+    for _ in range(24):
+        assert not space_exhausted(study, space)
+        trial = study.ask()
+        values = space.sample(trial).values
+        seen.append(tuple(sorted(values.items())))
+        trial.set_constraint(FAILED_KEY, 0.0)
+        study.tell(trial, float(10 * values["threads"] + 5 * (values["flash_attn"] == "on") + values["parallel"]
+                                + (values.get("cache_type_v") == "q8_0")))
+    assert len(set(seen)) == 24, sorted(seen)
+    assert space_exhausted(study, space)
+
+
+def test_configs_that_differ_in_a_conditional_param_are_no_repeats_for_the_stop_rule() -> None:
+    """Two configs that differ only in the V cache type were one config to the stop rule's model: their
+    difference was learnt as start noise. They are two configs now, and both count as tried."""
+    space = make_space(CONDITIONAL, trials=24)
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(space, 0, n_design=0))
+    base = {"threads": 2, "parallel": 2, "ubatch_size": 512, "flash_attn": "on"}
+    tell(study, space, {**base, "cache_type_v": "f16"}, "feasible", value=100.0)
+    tell(study, space, {**base, "cache_type_v": "q8_0"}, "feasible", value=80.0)
+    observed, untried = study_observations(study, space)
+    assert repeat_spread(observed) == (0.0, 0)  # no config measured twice
+    assert len(untried) == 22

@@ -17,6 +17,7 @@ import optuna
 import pytest
 
 from search.commands.confirm import confirm_study
+from search.sampling.sampler import launch_configs
 from search.sampling.warmstart import WARM_ATTR, warm_start
 from search.space.space import parse_space
 from search.store.summary import load_view
@@ -260,3 +261,30 @@ def test_the_default_is_re_measured_for_the_noise_floor(tmp_path: Path) -> None:
     assert runner.starts == 2 + 1  # two trials and one fresh start of the default
     line = load_view(runner.study).noise()
     assert line and "between 2 fresh starts" in line
+
+
+def test_a_budget_of_8_over_24_configs_starts_8_distinct_configs(tmp_path: Path) -> None:
+    """The H200 search that gave up: a conditional V cache type made measured configs look untried, the
+    guided phase proposed them again and again (duplicates start nothing) and the study ended "exhausted"
+    with most of the space untried. Here, 24 configs (the V cache type only where flash attention is on):
+    every proposal starts a config not measured before, and a budget of 8 starts 8 of them. The stated
+    noise floor is small so that the stop rule does not end the study first (it is tested on its own)."""
+    doc = quick_doc("budget-distinct", 8)
+    doc["params"] = {
+        "threads_batch": {"type": "categorical", "choices": [1, 2], "default": 1},
+        "batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048},
+        "ubatch_size": {"type": "categorical", "choices": [512, 128], "default": 512},
+        "flash_attn": {"type": "categorical", "choices": ["on", "off"], "default": "on"},
+        "cache_type_v": {"type": "categorical", "choices": ["f16", "q8_0"], "default": "f16",
+                         "when": {"flash_attn": "on"}},
+    }
+    doc["measure"] = {**doc["measure"], "repeats": 1, "noise_floor": 0.001}
+    events = Events()
+    runner = runner_for(tmp_path, doc, events)
+    assert len(launch_configs(runner.space) or []) == 24
+    runner.run(n_trials=8)
+    assert runner.stop_reason is None, runner.stop_reason
+    configs = [tuple(sorted(r.params.items())) for r in events.finished]
+    assert len(events.finished) == 8 and len(set(configs)) == 8, configs  # no proposal repeated a config
+    assert all(r.duplicate_of is None for r in events.finished)
+    assert runner.starts == 8 and counted_trials(runner.study) == 8
