@@ -134,7 +134,7 @@ class GateReport:
             mark = test.get("verdict", "not tested")
             lines.append(f"Quality score: A {qa} / B {qb}: {mark} (McNemar over {test.get('checks', '?')} checks "
                          f"on {self.quality.get('starts_a', 1)}/{self.quality.get('starts_b', 1)} starts, "
-                         f"p {test.get('p_value', math.nan):.3g})")
+                         f"p {test.get('p_value', math.nan):.3g})" + (f"; {test['seen']}" if test.get("seen") else ""))
             for name in self.quality.get("failed_b_only", []):
                 lines.append(f"- check `{name}` passes on A and fails on B")
             lines.append("")

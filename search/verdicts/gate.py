@@ -139,28 +139,46 @@ class MetricVerdict:
     note: str = ""
     samples_a: tuple[float, ...] = ()
     samples_b: tuple[float, ...] = ()
-    level: float = DEFAULT_CONFIDENCE  # the interval's true confidence (1 - p* under sequential looks)
+    # The interval's confidence as it holds at whichever look stopped the run: with several looks a repeated
+    # confidence interval, 1 - alpha over the plan (its width that of one look at 1 - p*, `look_level`).
+    level: float = DEFAULT_CONFIDENCE
     mde: float = math.nan  # smallest relative change this comparison had `power` to detect, at its noise
     paired: bool = False  # judged on within-round differences
+    look_level: float = math.nan  # 1 - p* of this look: the interval's level at a look fixed in advance
+    # A change found at a look of a sequential plan: the ratio corrected for stopping on a crossing (median-
+    # unbiased given that the plan crossed in this direction); the raw `ratio` is biased away from 1.
+    ratio_adjusted: float = math.nan
+    seen: str = ""  # what a count's "unchanged" could have seen ("no excess seen in N requests (...)")
 
     @property
     def change_pct(self) -> float:
         return 100.0 * (self.ratio - 1.0)
 
     @property
+    def repeated(self) -> bool:
+        """The interval is a repeated confidence interval (several looks): its level holds at any of them."""
+        return math.isfinite(self.look_level) and self.look_level > self.level
+
+    @property
     def level_text(self) -> str:
-        return f"{100 * self.level:.3g}% CI"
+        return f"{100 * self.level:.3g}% {'repeated ' if self.repeated else ''}CI"
 
     def sensitivity(self) -> str:
         """What an unchanged or inconclusive answer could have seen: '' for a change found."""
-        if self.verdict in ("regressed", "improved") or not math.isfinite(self.mde):
+        if self.verdict in ("regressed", "improved"):
+            return ""
+        if self.seen:
+            return self.seen
+        if not math.isfinite(self.mde):
             return ""
         return f"could detect a change of {100 * self.mde:.1f}% or more ({100 * DEFAULT_POWER:.0f}% power)"
 
     def describe(self) -> str:
         ci = f"[{100 * (self.ci_low - 1):+.1f}%, {100 * (self.ci_high - 1):+.1f}%]"
         seen = self.sensitivity()
-        return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%, {self.level_text} {ci}, "
+        adjusted = (f", {100 * (self.ratio_adjusted - 1):+.1f}% corrected for the early stop"
+                    if math.isfinite(self.ratio_adjusted) else "")
+        return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%{adjusted}, {self.level_text} {ci}, "
                 f"p={self.p_value:.3g}, n={self.n_a}/{self.n_b}" + (f"; {seen}" if seen else "") + ")")
 
     def to_dict(self) -> dict[str, Any]:

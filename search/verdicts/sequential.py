@@ -22,7 +22,10 @@ simulated once and stored with the code (search/data/paired_boundaries.json, wri
 `python -m search.verdicts.sequential`); other plans are simulated on first use. `boundary="obrien-fleming"`
 (`--boundary`) replaces the one threshold by one per look that grows with the look (search/verdicts/boundaries.py):
 early stops only on large changes, nearly a single look's power at the cap (its constants stored beside them).
-The interval reported at a look has confidence 1 - p* of that look and says so (`level`). A run stops as soon
+The interval reported at a look is a repeated confidence interval: 1 - p* wide at each look, so the chance that
+every look's interval covers the true ratio is 1 - alpha (`level`), and the one at whichever look stops the run
+covers with at least that (at a look fixed in advance it would be 1 - p*: `look_level`). A change found at a
+look also carries its size corrected for the stop (`ratio_adjusted`: `median_unbiased_log_ratio`). A run stops as soon
 as every gated metric is settled (regressed, improved or unchanged) or at the cap. Every answer carries the
 smallest change it could have seen (`mde`): an "unchanged" or "inconclusive" is only as strong as that.
 
@@ -36,6 +39,7 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -80,7 +84,7 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
                    boundary: str = "pocock") -> MetricVerdict:
     """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
 
-    ratio: exp(mean within-round log difference); interval at the plan's level 1 - p*; mde: the
+    ratio: exp(mean within-round log difference); interval 1 - p* wide, a repeated 1 - alpha one; mde: the
     smallest change this many rounds detect with `power` at the measured spread of differences.
     floor_sd: the least spread a difference can have (coarse values: `quantisation_sd`)."""
     pairs = paired_logs(runs_a, runs_b)
@@ -148,13 +152,77 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
     need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], boundary=boundary)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
-            + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary)})" if len(plan) > 1 else "")
+            + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary)}: the interval is a repeated "
+               f"{100 * (1 - alpha):.3g}% one, which holds at whichever look stops the run; at a look fixed in "
+               f"advance it would be {100 * (1 - p_star):.3g}%)" if len(plan) > 1 else "")
             + drift_note(diffs))
+    adjusted = math.nan
+    if verdict in ("regressed", "improved") and len(plan) > 1 and n in plan and se > 0:
+        thresholds = [look_p_threshold(plan, k, alpha, boundary) for k in plan]
+        adjusted = exp_or_inf(median_unbiased_log_ratio(d, used.sd, n, plan, thresholds))
+        note += (f"; a sequential plan stops when the difference happens to look large, so the measured "
+                 f"{100 * (ratio - 1):+.1f}% is biased away from no change: corrected for that, "
+                 f"{100 * (adjusted - 1):+.1f}% (median-unbiased for this plan)")
     if verdict == "inconclusive" and (need is None or need > n):
         note += (f"; {rounds_text(need)} would settle a {100 * min_effect:.0f}% change at this noise"
                  + (f"; {used.advice()}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
-                         p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - p_star, mde=mde, **common)
+                         p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - alpha if len(plan) > 1
+                         else 1 - p_star, mde=mde, look_level=1 - p_star, ratio_adjusted=adjusted, **common)
+
+
+ESTIMATE_SIMS = 20_000  # simulated plans behind a corrected estimate (its Monte Carlo error ~0.01 sd of a round)
+
+
+@lru_cache(maxsize=8)
+def _null_paths(rounds: int, sims: int = ESTIMATE_SIMS, seed: int = 17) -> tuple[np.ndarray, np.ndarray]:
+    """(running mean, running sd) of `sims` standard normal rounds, one column a round count 1..rounds (sd from 2
+    on): every t statistic of a plan under any true difference follows from them (the sd does not move with it)."""
+    z = np.random.default_rng(seed).standard_normal((sims, rounds))
+    counts = np.arange(1, rounds + 1)
+    mean = np.cumsum(z, axis=1) / counts
+    sq = np.cumsum(z * z, axis=1)
+    var = np.where(counts > 1, (sq - counts * mean ** 2) / np.maximum(counts - 1, 1), np.nan)
+    return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def median_unbiased_log_ratio(d: float, sd: float, n: int, plan: Sequence[int], thresholds: Sequence[float]) -> float:
+    """The log ratio corrected for the early stop: the median-unbiased estimate of a group sequential plan, the
+    true difference under which half the runs of this plan end more extreme than this one (stagewise ordering:
+    a crossing this way at an earlier look is more extreme, at this look a larger t). A sequential test stops
+    when the difference happens to look large, so its raw estimate is biased away from zero the earlier it
+    stops (simulated, a true -5% at 3% noise a start, looks at 3..10 rounds: the "regressed" calls read -5.8%
+    in the median, this estimate -5.0%). Where the power is low, the selection every significant result has
+    (a change found is one that measured large) can still lean it away from zero. `thresholds`: each look's
+    p threshold; simulated with the measured spread in place of the true one (seeded: the same data always
+    give the same estimate)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+
+    sign = 1.0 if d >= 0 else -1.0
+    t_obs = abs(d) / (sd / math.sqrt(n))
+    mean, spread = _null_paths(max(plan))
+    crit = [float(special.stdtrit(k - 1, 1 - p / 2)) for k, p in zip(plan, thresholds, strict=True)]
+
+    def share_more_extreme(theta: float) -> float:
+        """The share of simulated runs at a true difference of theta sds (this direction) that end more extreme
+        than this one: crossing this way at an earlier look, or still running here with a larger t."""
+        alive = np.ones(mean.shape[0], dtype=bool)
+        more = 0
+        for k, c in zip(plan, crit, strict=True):
+            t = (mean[:, k - 1] + theta) * math.sqrt(k) / spread[:, k - 1]
+            if k == n:
+                more += int((alive & (t >= t_obs)).sum())
+                break
+            more += int((alive & (t > c)).sum())
+            alive &= np.abs(t) <= c
+        return more / mean.shape[0]
+
+    theta_obs = t_obs / math.sqrt(n)
+    lo, hi = -theta_obs, theta_obs + 1.0
+    for _ in range(40):  # the share grows with theta: bisect for one half
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if share_more_extreme(mid) > 0.5 else (mid, hi)
+    return sign * (lo + hi) / 2 * sd
 
 
 def exp_or_inf(x: float) -> float:
@@ -352,10 +420,45 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
         verdict = "unchanged"
     note = (f"error rates A {errors_a}/{requests_a}, B {errors_b}/{requests_b} (B 95% CI {100 * lo_b:.1f}%.."
             f"{100 * hi_b:.1f}%); one-sided Fisher p {min(worse, better):.3g}, threshold {alpha / 2:g}")
+    seen = ""
+    if verdict != "regressed":
+        rate = detectable_error_rate(errors_a, requests_a, requests_b, alpha)
+        what = "no excess seen" if not rate_b > rate_a else "no significant excess"
+        seen = (f"{what} in {requests_b} requests (a failure rate of {100 * rate:.1f}% or more would have "
+                f"been seen with {100 * DEFAULT_POWER:.0f}% power)" if rate is not None else
+                f"no excess can be seen in {requests_b} requests against {errors_a}/{requests_a}: even all of them "
+                f"failing would not be significant at {alpha / 2:g}")
+        note += f"; {seen}"
     return MetricVerdict(metric=metric, direction="lower", verdict=verdict, median_a=rate_a, median_b=rate_b,
                          ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=min(worse, better),
                          n_a=requests_a, n_b=requests_b, cv=math.nan, repeats_needed=None, min_effect=0.0,
-                         gated=gated, note=note)
+                         gated=gated, note=note, seen=seen)
+
+
+def fewest_significant_errors(errors_a: int, requests_a: int, requests_b: int, alpha: float) -> int | None:
+    """The fewest failed requests of B's `requests_b` that the one-sided Fisher test at alpha/2 calls an excess
+    over A's errors_a of requests_a; None when no count can (too few requests for that level)."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    if requests_a <= 0 or requests_b <= 0:
+        return None
+    k = np.arange(requests_b + 1)
+    # P(B has k or more of the errors) given the total: Fisher's one-sided p for each count k.
+    p = sps.hypergeom.sf(k - 1, requests_a + requests_b, k + errors_a, requests_b)
+    hits = np.flatnonzero(p < alpha / 2)
+    return int(hits[0]) if hits.size else None
+
+
+def detectable_error_rate(errors_a: int, requests_a: int, requests_b: int, alpha: float,
+                          power: float = DEFAULT_POWER) -> float | None:
+    """The failure rate of B that the errors test finds with `power` against A's count: B's errors are then at
+    least `fewest_significant_errors` with that probability (binomial). None: no rate can be found."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    k = fewest_significant_errors(errors_a, requests_a, requests_b, alpha)
+    if k is None:
+        return None
+    if k == 0:
+        return 0.0
+    return float(sps.beta.ppf(power, k, requests_b - k + 1))
 
 
 # ---- quality: checks passed on each side ---------------------------------------------------------
@@ -386,8 +489,15 @@ def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[st
         verdict = "inconclusive"
     else:
         verdict = "unchanged"
+    # What "unchanged" could have seen: the fewest checks lost (none gained) the test calls a loss.
+    needed = next((k for k in range(1, len(names) + 1) if 0.5 ** k < alpha / 2), None)
+    seen = "" if verdict == "regressed" else (
+        f"no excess seen in {len(names)} checks (a loss shows from {needed} checks lost and none gained)"
+        if needed is not None else
+        f"no excess can be seen in {len(names)} checks: even all of them lost would not be significant at "
+        f"{alpha / 2:g}")
     return {"verdict": verdict, "p_value": p, "lost": lost, "gained": gained, "flaky": flaky,
-            "checks": len(names), "threshold": alpha / 2}
+            "checks": len(names), "threshold": alpha / 2, "seen": seen}
 
 
 if __name__ == "__main__":  # python -m search.verdicts.sequential: rewrite the stored boundary table
