@@ -42,6 +42,7 @@ from search.regress.nightly import (
 )
 from search.regress.nightly_plan import (
     Estimate,
+    build_time,
     chain_ratios,
     estimate,
     gpu_problem,
@@ -158,11 +159,17 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         err.print(f"[red]refused[/]: {why}")
     if refusals:
         return Exit.USAGE
-    estimates = [estimate(b, args.rounds, args.keep_servers) for _, b in baselines]
+    try:
+        estimates = [estimate(b, args.rounds, args.keep_servers, args.workload) for _, b in baselines]
+    except ValueError as exc:
+        err.print(f"[red]refused[/]: {exc}")
+        return Exit.USAGE
     for e in estimates:
         show(f"plan {e.baseline}: at most {e.rounds} rounds x 2 sides x ({e.start_s:.0f} s start + "
              f"{e.measure_s:.0f} s measure) = {e.total_s / 60:.1f} min ({e.how})")
-    too_long = refuse_plan(estimates, args.job_limit_min * 60, args.build_estimate_s, args.rounds)
+    build_s, build_how = build_time(parse_build(args.candidate_build).kind, args.build_estimate_s)
+    show(f"plan build: {build_s / 60:.1f} min ({build_how})")
+    too_long = refuse_plan(estimates, args.job_limit_min * 60, build_s, args.rounds)
     if too_long:
         err.print(f"[red]refused[/]: {too_long}")
         return Exit.USAGE
@@ -233,12 +240,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
     p.add_argument("--metric", action="append", help="also gate this metric (repeatable)")
     p.add_argument("--keep-servers", action="store_true", help="one start per side instead of one per round")
-    p.add_argument("--workload", help="measure and gate this workload only (regress --workload); the plan is "
-                                      "still priced at every workload's measure time")
+    p.add_argument("--workload", help="measure and gate this workload only (regress --workload); the plan prices "
+                                      "its measure time alone")
     p.add_argument("--job-limit-min", type=float, default=math.inf,
                    help="refuse a plan that would not finish in 90%% of this many minutes (the CI job limit)")
     p.add_argument("--build-estimate-s", type=float, default=0.0,
-                   help="time to allow for creating the candidate build when it is not cached (seconds)")
+                   help="time to allow for creating the candidate build (seconds) where no build of its kind in "
+                        "the build cache records how long it took (those recorded durations come first)")
     p.add_argument("--require-gpu", action="store_true", help="fail before anything when no GPU is visible")
     p.add_argument("--require-cuda-torch", action="store_true",
                    help="fail when the candidate's torch is not a CUDA build that sees a GPU (pip/python builds)")

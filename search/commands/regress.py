@@ -32,11 +32,13 @@ from search.regress.baseline import (
     baseline_from_study,
     load_baseline,
     matching_baselines,
+    only_workloads,
     parse_assignments,
     pin,
     pinned_space,
     raw_space_doc,
     save_baseline,
+    workload_samples,
 )
 from search.regress.claims import hardware_here, judge_claim, parse_claim
 from search.regress.explain import explain_claim, subject_changes
@@ -71,8 +73,16 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         if overrides:
             raise ValueError("--set applies to a space file; a study's trial is saved as it was measured")
         baseline = baseline_from_study(source, args.name, args.trial)
+        if args.workload:
+            every = [str(w.get("name")) for w in baseline.config.get("workloads") or []]
+            baseline.config = only_workloads(baseline.config, args.workload, args.source)
+            baseline.samples = workload_samples(baseline.samples, args.workload, every)
+            baseline.source["workloads"] = list(args.workload)
     elif source.suffix in (".yaml", ".yml") and source.is_file():
         src = resolve_source(args.source, overrides)
+        config = pin(raw_space_doc(args.source), src.config.as_params())
+        if args.workload:  # checked before anything is built or started
+            config = only_workloads(config, args.workload, args.source)
         build = option_build(args.build, progress_printer(args.quiet))
         subject = subject_from(src.space, src.config, src.label, **build_kwargs(build))
         work = Path(args.work_dir or f"results/baseline-{args.name}")
@@ -80,19 +90,21 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         settings = measure_settings(src.space, (args.metric or [None])[0], args.repeats)
         t0 = time.monotonic()
         try:
-            side = measure_alone(subject, src.space.workload_specs(dict(subject.request)), settings, args.rounds, work,
-                                 src.space.m.quality.suite, progress_printer(args.quiet))
+            specs = [w for w in src.space.workload_specs(dict(subject.request))
+                     if not args.workload or w.name.partition("@")[0] in args.workload]
+            side = measure_alone(subject, specs, settings, args.rounds, work, src.space.m.quality.suite,
+                                 progress_printer(args.quiet))
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
             return Exit.FAILED
         stamp(side.fingerprint, build)
-        baseline = Baseline(name=args.name, config=pin(raw_space_doc(args.source), src.config.as_params()),
-                            params=src.config.as_params(),
+        baseline = Baseline(name=args.name, config=config, params=src.config.as_params(),
                             samples=side.samples, sample_unit="round", fingerprint=side.fingerprint,
                             startup=side.startup, quality=side.quality, command=side.command,
                             source={"kind": "space", "space": args.source, "rounds": args.rounds,
                                     "round_s": round((time.monotonic() - t0) / max(1, args.rounds), 1),
-                                    **({"build": build.spec.text()} if build else {})})
+                                    **({"build": build.spec.text()} if build else {}),
+                                    **({"workloads": list(args.workload)} if args.workload else {})})
     else:
         raise ValueError(f"{args.source!r}: give a study results folder or a space .yaml file")
     if args.metric:
@@ -331,6 +343,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     save.add_argument("--rounds", type=int, default=6, help="server starts when measuring a space (default 6)")
     save.add_argument("--repeats", type=int, help="runs per workload per start (default: the space's)")
     save.add_argument("--metric", action="append", help="metrics to gate (default: the space's objectives)")
+    save.add_argument("--workload", action="append", metavar="NAME",
+                      help="record only this workload (repeatable): measured alone, and the baseline's space keeps "
+                           "only it, so regress and nightly measure and price it alone")
     save.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
     save.add_argument("--dir", default="baselines", help="where baseline files live (default ./baselines)")
     save.add_argument("--work-dir", help="server logs of the measurement")

@@ -179,6 +179,38 @@ def pin(raw_doc: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def only_workloads(doc: dict[str, Any], names: list[str], where: str) -> dict[str, Any]:
+    """A pinned document with only the named workloads, and the objectives that read them (or no
+    workload): what `baseline save --workload` records, so that every later regress or nightly of the
+    baseline measures and prices those workloads alone."""
+    known = [str(w.get("name")) for w in doc.get("workloads") or []]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"{where}: --workload {unknown[0]!r}: not one of {', '.join(known)}")
+
+    def reads_kept(objective: Any) -> bool:
+        metric = objective.get("metric") if isinstance(objective, dict) else str(objective)
+        head = str(metric).split(".", 1)[0].partition("@")[0]
+        return head in names or head not in known
+
+    objectives = [o for o in doc.get("objectives") or [] if reads_kept(o)]
+    if not objectives:
+        raise ValueError(f"{where}: no objective reads --workload {', '.join(names)}: name what to gate with "
+                         f"--metric (e.g. --metric {names[0]}.decode_tok_s)")
+    return {**doc, "workloads": [w for w in doc.get("workloads") or [] if w.get("name") in names],
+            "objectives": objectives}
+
+
+def workload_samples(samples: dict[str, list[float]], names: list[str],
+                     all_workloads: list[str]) -> dict[str, list[float]]:
+    """The samples of the named workloads (keys `NAME.metric`, `NAME@point.metric`) and those of no
+    workload (startup, quality, kv)."""
+    def head(key: str) -> str:
+        return key.split(".", 1)[0].partition("@")[0]
+
+    return {k: v for k, v in samples.items() if head(k) in names or head(k) not in all_workloads}
+
+
 def pinned_space(raw_doc: dict[str, Any], params: dict[str, Any], source: str) -> tuple[Space, Config]:
     space = parse_space(pin(raw_doc, params), source)
     config = Config(engine=params["engine"], model=params["model"],

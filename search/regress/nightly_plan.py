@@ -4,7 +4,9 @@ promises before measuring (a CUDA torch in the candidate, a visible GPU), and pr
 Pricing: per baseline, rounds x 2 sides x (start + measure), from the baseline's recorded start
 times (startup.ready_s) and measure time (source.round_s, or a rough estimate from its e2e latency);
 `rounds` is the cap the regress run may reach when the gate stays unsettled, so the plan is priced at
-its worst case.
+its worst case. With --workload only that workload's measure time counts. The candidate's build time
+is the median of what finished builds of its kind recorded (`build_s` in their manifests under
+FLAGSEARCH_HOME/builds), else --build-estimate-s; the plan says which.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.builds.builds import Build, pinned_text
+from harness.builds.cache import list_builds
 from search.regress.baseline import Baseline, kept, save_baseline
 from search.store.results import read_json
 
@@ -39,24 +42,39 @@ class Estimate:
         return self.rounds * 2 * (self.start_s + self.measure_s)
 
 
-def estimate(baseline: Baseline, rounds: int, keep_servers: bool = False) -> Estimate:
-    """Wall time of regressing one baseline, from what the baseline recorded."""
+def estimate(baseline: Baseline, rounds: int, keep_servers: bool = False, workload: str | None = None) -> Estimate:
+    """Wall time of regressing one baseline, from what the baseline recorded. With `workload` (the
+    nightly's --workload, which regress measures alone) only that workload's measure time counts."""
     starts = baseline.samples.get("startup.ready_s")
     start_s = _median(starts) if starts else float(baseline.startup.get("phases_s", {}).get("process_to_listening")
                                                    or FALLBACK_START_S)
     how = "start from startup.ready_s" if starts else "start from the startup phases (or a 60 s guess)"
+    space = baseline.space()
+    names = [w.name for w in space.m.workloads]
+    if workload is not None and workload not in names:
+        raise ValueError(f"--workload {workload!r}: not a workload of baseline {baseline.name} "
+                         f"(its workloads: {', '.join(names)})")
+    # One run per workload per repeat (plus a warmup run), each about one request's e2e time times
+    # the requests per stream.
+    reps = (space.m.measure.repeats or 1) + (1 if space.m.measure.warmup else 0)
+    per_stream = {w.name.partition("@")[0]: w.requests_per_stream for w in space.workload_specs()}
+    e2e = {name: _median(v) * per_stream.get(name, 1) for k, v in baseline.samples.items()
+           if k.endswith(".e2e_p50_s") and v and (name := k.split(".", 1)[0].partition("@")[0]) in per_stream}
     if baseline.source.get("round_s"):
         measure_s = max(0.0, float(baseline.source["round_s"]) - start_s)
         how += ", measure from source.round_s"
+        if workload is not None and len(names) > 1:
+            # The recorded round measured every workload: this one's share of it, by its e2e time.
+            whole = float(sum(e2e.values()))
+            share = e2e[workload] / whole if workload in e2e and whole else 1 / len(names)
+            measure_s *= share
+            how += f" x {workload}'s share of it ({share:.0%}, {'by e2e_p50' if workload in e2e else 'even'})"
     else:
-        # One run per workload per repeat (plus a warmup run), each about one request's e2e time times
-        # the requests per stream: rough, and said so.
-        space = baseline.space()
-        reps = (space.m.measure.repeats or 1) + (1 if space.m.measure.warmup else 0)
-        e2e = [_median(v) for k, v in baseline.samples.items() if k.endswith(".e2e_p50_s") and v]
-        per_stream = max((w.requests_per_stream for w in space.workload_specs()), default=1)
-        measure_s = reps * sum(e2e) * per_stream
-        how += ", measure ~ (repeats+warmup) x sum of e2e_p50 (rough: the baseline records no round_s)"
+        chosen = [workload] if workload is not None else list(e2e)
+        measure_s = reps * sum(e2e.get(name, 0.0) for name in chosen)
+        how += ", measure ~ (repeats+warmup) x e2e_p50 x requests per stream (rough: the baseline records no round_s)"
+        if workload is not None:
+            how += f", {workload} only"
     if keep_servers:
         # One start per side for the whole run instead of one per round.
         return Estimate(baseline.name, start_s / rounds, measure_s, rounds, how + "; servers kept")
@@ -67,6 +85,25 @@ def _median(xs: list[float]) -> float:
     s = sorted(xs)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# Build kinds that create nothing (an interpreter or a command already on the machine).
+_NOTHING_TO_BUILD = ("python", "command")
+
+
+def build_time(kind: str, estimate_s: float) -> tuple[float, str]:
+    """Seconds to allow for creating the candidate build, and where the figure comes from: the median
+    `build_s` that finished builds of this kind recorded in the build cache (FLAGSEARCH_HOME/builds),
+    else `estimate_s` (--build-estimate-s)."""
+    if kind in _NOTHING_TO_BUILD:
+        return 0.0, f"a {kind} build creates nothing"
+    recorded = [float(b.manifest["build_s"]) for b in list_builds(sizes=False)
+                if b.manifest.get("kind") == kind and isinstance(b.manifest.get("build_s"), (int, float))]
+    if recorded:
+        return _median(recorded), f"the median of {len(recorded)} {kind} build(s) in the build cache"
+    if estimate_s:
+        return estimate_s, f"--build-estimate-s: no {kind} build in the build cache records how long it took"
+    return 0.0, f"none: no {kind} build in the build cache records how long it took, and no --build-estimate-s"
 
 
 def refuse_plan(estimates: list[Estimate], limit_s: float, build_s: float, rounds: int) -> str | None:

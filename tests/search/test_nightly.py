@@ -17,7 +17,7 @@ from harness.builds.builds import parse_build
 from harness.engines import EngineSettings
 from harness.host.fingerprint import host_fingerprint
 from search.cli import main
-from search.regress.baseline import load_baseline
+from search.regress.baseline import load_baseline, only_workloads, workload_samples
 from search.regress.gate_report import GateReport
 from search.regress.nightly import (
     EXIT_CODES,
@@ -29,7 +29,7 @@ from search.regress.nightly import (
     result_from_report,
     summarize,
 )
-from search.regress.nightly_plan import estimate, gpu_problem, refuse_plan, torch_cuda_problem
+from search.regress.nightly_plan import build_time, estimate, gpu_problem, refuse_plan, torch_cuda_problem
 from search.verdicts.gate import compare
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +85,69 @@ def test_estimate_uses_recorded_start_and_measure_times() -> None:
     why = refuse_plan([big], 360 * 60, 0.0, 6)
     assert why is not None and "--rounds" in why and "--keep-servers" in why
     assert refuse_plan([estimate(b, rounds=2)], 360 * 60, 0.0, 2) is None
+
+
+def test_with_a_workload_only_its_measure_time_is_priced() -> None:
+    b = load_baseline(COMMITTED)  # two workloads: single and two_streams
+    every, single = estimate(b, rounds=6), estimate(b, rounds=6, workload="single")
+    e2e = sorted(b.samples["single.e2e_p50_s"])[len(b.samples["single.e2e_p50_s"]) // 2]
+    assert single.measure_s == pytest.approx(3 * e2e)  # (2 repeats + 1 warmup) x one request's e2e
+    assert 0 < single.measure_s < every.measure_s and single.start_s == every.start_s
+    assert "single only" in single.how
+    b.source["round_s"] = 30.0  # a whole round's time: single gets its share of the measuring, by e2e time
+    share = estimate(b, rounds=6, workload="single")
+    assert share.measure_s == pytest.approx((30.0 - share.start_s) * single.measure_s / every.measure_s, rel=1e-6)
+    assert "single's share" in share.how
+    with pytest.raises(ValueError, match="'nope': not a workload of baseline"):
+        estimate(b, rounds=6, workload="nope")
+
+
+def test_the_nightly_prices_the_workload_it_measures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The walk-through's shape: one long workload among others; all of them do not fit the job, the one
+    measured (--workload) does."""
+    host = host_fingerprint()
+    path = copy_baseline(tmp_path / "b", **{k: host.get(k) for k in ("cpu_model", "cpu_count", "gpu_name",
+                                                                     "gpu_compute_capability", "gpu_count")})
+    data = json.loads(path.read_text())
+    data["samples"]["two_streams.e2e_p50_s"] = [600.0, 600.0, 600.0]  # 30 min a round on its own
+    path.write_text(json.dumps(data))
+    argv = ["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "b"), "--rounds", "3",
+            "--job-limit-min", "60", "--out", str(tmp_path / "r"), "--dry-run"]
+    assert main(argv) == 2
+    assert "refused" in " ".join(capsys.readouterr().err.split())
+    assert main([*argv, "--workload", "single"]) == 0, capsys.readouterr().err
+    said = " ".join(capsys.readouterr().err.split())
+    assert "single only" in said and "plan build: 0.0 min (a command build creates nothing)" in said, said
+    assert main([*argv, "--workload", "nope"]) == 2
+    assert "'nope': not a workload of baseline" in " ".join(capsys.readouterr().err.split())
+
+
+def test_build_time_comes_from_the_build_caches_recorded_durations(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path))
+    assert build_time("pip", 900.0) == (900.0, "--build-estimate-s: no pip build in the build cache records how "
+                                               "long it took")
+    assert build_time("pip", 0.0)[0] == 0.0
+    for name, manifest in (("a", {"kind": "pip", "build_s": 120.0}), ("b", {"kind": "pip", "build_s": 300.0}),
+                           ("c", {"kind": "pip", "build_s": 200.0}), ("d", {"kind": "pip"}),  # older: none recorded
+                           ("e", {"kind": "base", "build_s": 5000.0})):
+        (tmp_path / "builds" / name).mkdir(parents=True)
+        (tmp_path / "builds" / name / ".flagsearch-build.json").write_text(json.dumps(manifest))
+    assert build_time("pip", 900.0) == (200.0, "the median of 3 pip build(s) in the build cache")
+    assert build_time("command", 900.0) == (0.0, "a command build creates nothing")
+
+
+def test_a_baseline_of_some_workloads_keeps_only_them() -> None:
+    doc = load_baseline(COMMITTED).config
+    kept = only_workloads(doc, ["two_streams"], "b.json")
+    assert [w["name"] for w in kept["workloads"]] == ["two_streams"] and kept["objectives"] == doc["objectives"]
+    with pytest.raises(ValueError, match="no objective reads --workload single: name what to gate with --metric"):
+        only_workloads(doc, ["single"], "b.json")
+    with pytest.raises(ValueError, match="'nope': not one of single, two_streams"):
+        only_workloads(doc, ["nope"], "b.json")
+    samples = {"single.e2e_p50_s": [1.0], "two_streams@2.e2e_p50_s": [2.0], "startup.ready_s": [3.0]}
+    assert workload_samples(samples, ["two_streams"], ["single", "two_streams"]) == \
+        {"two_streams@2.e2e_p50_s": [2.0], "startup.ready_s": [3.0]}
 
 
 # ---- every outcome of a night, from report.json ------------------------------------------------------
@@ -296,3 +359,26 @@ def test_the_workflow_takes_inputs_through_env_and_names_every_exit_code() -> No
         assert re.search(rf'^\s*{code}\) echo "::error::', regress, re.MULTILINE), code
     assert "::warning::" not in regress
     assert "--require-gpu --require-cuda-torch" in regress and "search history" in drift["run"]
+
+
+@pytest.mark.e2e
+def test_baseline_save_with_a_workload_measures_and_records_only_it(tmp_path: Path) -> None:
+    """A real llama-server, one start: the other workload is neither measured nor in the baseline's space."""
+    import yaml
+
+    from tests.conftest import tiny_llama_space
+
+    path = tiny_llama_space(tmp_path, repeats=1, warmup=False)
+    doc = yaml.safe_load(path.read_text())
+    doc["workloads"].append({"name": "long", "streams": ["qa"], "max_tokens": 512})
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["baseline", "save", str(path), "--name", "one", "--workload", "nope", "--dir",
+                 str(tmp_path / "b")]) == 2  # before anything starts
+    assert main(["baseline", "save", str(path), "--name", "one", "--workload", "single", "--rounds", "1", "--dir",
+                 str(tmp_path / "b"), "--work-dir", str(tmp_path / "w"), "--quiet"]) == 0
+    saved = load_baseline(tmp_path / "b" / "one.json")
+    assert [w["name"] for w in saved.config["workloads"]] == ["single"] and saved.source["workloads"] == ["single"]
+    assert any(k.startswith("single.") for k in saved.samples)
+    assert not any(k.startswith("long") for k in saved.samples)
+    assert estimate(saved, rounds=3).measure_s == pytest.approx(saved.source["round_s"] - saved.samples[
+        "startup.ready_s"][0], abs=0.01)
