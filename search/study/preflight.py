@@ -243,11 +243,12 @@ def _run_help(settings: EngineSettings, argv: list[str]) -> str:
         client = docker_client(timeout=int(HELP_TIMEOUT_S))
         entry = {"command": argv[1:]} if argv[0] == KEEP_ENTRYPOINT else {"entrypoint": argv[:1], "command": argv[1:]}
         try:
-            container = client.containers.run(
-                settings.image, detach=True, network_mode="none", environment=dict(settings.env),
+            container = client.containers.create(
+                settings.image, network_mode="none", environment=dict(settings.env),
                 volumes={v.host_path: {"bind": v.container_path, "mode": "ro"} for v in settings.volumes},
                 labels={"flagsearch": "1", "flagsearch.preflight": "1"}, **entry)
-            try:
+            try:  # started inside: a start that fails (no such program in the image) is removed too
+                container.start()
                 container.wait(timeout=HELP_TIMEOUT_S)
                 return container.logs(stdout=True, stderr=True).decode(errors="replace")
             finally:

@@ -20,7 +20,15 @@ from harness import flagsearch_home
 from harness.engines import EngineSettings
 from harness.launch.spec import Volume
 from search.space.space import load_space, parse_space
-from search.study.preflight import _argv_flags, dict_keys, env_warnings, host_path, known_env_vars, preflight
+from search.study.preflight import (
+    _argv_flags,
+    dict_keys,
+    env_warnings,
+    host_path,
+    known_env_vars,
+    known_flags,
+    preflight,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("FLAGSEARCH_TEST_IMAGE", "flagsearch/busybox-host:1")
@@ -207,6 +215,10 @@ def test_an_image_without_python_is_said_not_fatal() -> None:
     settings = EngineSettings(name="d", dialect="vllm", command=("vllm", "serve"), launcher="docker", image=IMAGE)
     known, why = known_env_vars(settings)
     assert known is None and "vllm/envs.py environment_variables could not be read" in why, why
+    # The help of a program the image lacks: said, and its container removed as well.
+    flags, why = known_flags(EngineSettings(name="d", dialect="vllm", command=("/no/such/vllm", "serve"),
+                                            launcher="docker", image=IMAGE))
+    assert flags is None and "did not finish" in why, why
     import docker
 
     client = docker.from_env()
