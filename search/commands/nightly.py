@@ -44,6 +44,7 @@ from search.regress.nightly_plan import (
     Estimate,
     build_time,
     chain_ratios,
+    chain_variances,
     estimate,
     gpu_problem,
     promote,
@@ -133,7 +134,8 @@ def _one_baseline(args: argparse.Namespace, path: Path, baseline: Baseline, cand
     if not report_path.exists():
         return Result(baseline.name, "error", f"regress wrote no {report_path}: nothing was measured")
     report = json.loads(report_path.read_text())
-    result = result_from_report(baseline.name, report, str(report_path), chain_ratios(baseline))
+    result = result_from_report(baseline.name, report, str(report_path), chain_ratios(baseline),
+                                    chain_variances(baseline))
     if result.outcome == "pass" and args.promote:
         round_s = (time.monotonic() - t0) / max(1, 2 * (result.rounds or args.rounds))
         result.promoted = str(promote(baseline, out, candidate, Path(args.promote), round_s))

@@ -65,10 +65,12 @@ class Result:
 
 
 def result_from_report(baseline: str, report: dict[str, Any], path: str | None = None,
-                       chain: dict[str, float] | None = None) -> Result:
+                       chain: dict[str, float] | None = None,
+                       chain_var: dict[str, tuple[float, float]] | None = None) -> Result:
     """The outcome of one regress report (the dict its report.json holds). `chain`: per metric, the
     product of the B/A ratios of the promotions that led to this baseline (search.regress.nightly_plan.promote
-    keeps it in the baseline's source), against which a pass is also checked for drift."""
+    keeps it in the baseline's source), against which a pass is also checked for drift; `chain_var`: the
+    summed variance of their log ratios (kept beside it)."""
     run = report.get("run") or {}
     rounds = run.get("rounds_done")
     failed = report.get("failed_sides") or []
@@ -99,7 +101,7 @@ def result_from_report(baseline: str, report: dict[str, Any], path: str | None =
     if outcome != "pass":
         return Result(baseline, "error", f"the report's outcome is {outcome!r}", path, rounds)
     kept = one_start_per_side(report)
-    drift = drifted(gated, chain or {}, kept)
+    drift = drifted(gated, chain or {}, kept, chain_var)
     if drift:
         return Result(baseline, "drift", "passed, but " + "; ".join(drift) + ": not promoted", path, rounds, drift)
     detail = "passed: " + ", ".join(f"{v['metric']} {v['verdict']} {_pct(v)}" for v in gated)
@@ -136,12 +138,44 @@ def _interval_worse(v: dict[str, Any]) -> bool:
             and _worse(direction, hi if direction == "higher" else lo))
 
 
-def drifted(gated: list[dict[str, Any]], chain: dict[str, float], kept: bool = False) -> list[str]:
+# The chain's drift is called at this one-sided level each night: a chain of no change is called drifted on
+# at most this share of its nights, however long (simulated: tests/search/test_nightly.py).
+DRIFT_ALPHA = 0.01
+
+
+def log_ratio_variance(v: dict[str, Any]) -> tuple[float, float] | None:
+    """The variance of a verdict's log B/A ratio and its degrees of freedom: a paired one's round differences'
+    spread squared over its rounds (rounds - 1 df), an unpaired one's per-sample spread squared over each
+    side's samples, both sides (2 (n - 1) df). None: unknown."""
+    cv, n = v.get("cv"), v.get("n_a")
+    if not isinstance(cv, (int, float)) or not math.isfinite(cv) or not isinstance(n, int) or n < 2:
+        return None
+    paired = bool(v.get("paired"))
+    return float(cv) ** 2 / n * (1 if paired else 2), float(n - 1 if paired else 2 * (n - 1))
+
+
+def add_variance(chain: tuple[float, float] | None, night: tuple[float, float]) -> tuple[float, float]:
+    """A chain's (summed variance, sum of variance^2 / df) with one more night's (variance, df): what the
+    Satterthwaite degrees of freedom of the sum are made of."""
+    total, spread = chain or (0.0, 0.0)
+    return total + night[0], spread + night[0] ** 2 / night[1]
+
+
+def drifted(gated: list[dict[str, Any]], chain: dict[str, float], kept: bool = False,
+            chain_var: dict[str, tuple[float, float]] | None = None) -> list[str]:
     """Why a pass is drift: a gated metric significantly worse but within the threshold (its whole
     interval on the worse side; not judged on `kept` servers, one_start_per_side), or tonight's B/A
-    times the chain's earlier B/A ratios worse than the threshold (promotions that each lose a little
-    would otherwise ratchet the baseline down; ratios measured within each night are free of the
-    machine's own drift, unlike stored medians)."""
+    times the chain's earlier B/A ratios worse than the threshold and significantly worse than no change
+    (promotions that each lose a little would otherwise ratchet the baseline down; ratios measured within
+    each night are free of the machine's own drift, unlike stored medians). Significance takes the
+    chain's summed variance with tonight's (`chain_var`: per metric `add_variance`'s pair), a one-sided t
+    test at the sum's Satterthwaite degrees of freedom at DRIFT_ALPHA (each night's spread comes from its
+    own few rounds; a z test called short chains drifted several times too often). By the product of
+    points alone most chains of no change were called drifted within 30 nights, their noise adding up like
+    a random walk; now at most DRIFT_ALPHA of nights are (simulated: tests/search/test_nightly.py). A chain
+    promoted before variances were kept is judged by its points, as then."""
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+
     out = []
     for v in gated:
         direction = v.get("direction", "higher")
@@ -149,11 +183,22 @@ def drifted(gated: list[dict[str, Any]], chain: dict[str, float], kept: bool = F
             out.append(f"{v['metric']} is slower within the threshold: {_pct(v)}")
         before, ratio = chain.get(v["metric"]), v.get("ratio")
         min_effect = float(v.get("min_effect") or 0.0)
-        if before and isinstance(ratio, float) and math.isfinite(ratio):
-            total = before * ratio
-            if _worse(direction, total) and abs(total - 1.0) >= min_effect:
-                out.append(f"{v['metric']} is {100 * (total - 1):+.1f}% over the promotion chain (earlier "
-                           f"promotions {100 * (before - 1):+.1f}%, tonight {100 * (ratio - 1):+.1f}%)")
+        if not (before and isinstance(ratio, float) and math.isfinite(ratio) and ratio > 0):
+            continue
+        total = before * ratio
+        if not (_worse(direction, total) and abs(total - 1.0) >= min_effect):
+            continue
+        earlier, tonight = (chain_var or {}).get(v["metric"]), log_ratio_variance(v)
+        said = (f"{v['metric']} is {100 * (total - 1):+.1f}% over the promotion chain (earlier "
+                f"promotions {100 * (before - 1):+.1f}%, tonight {100 * (ratio - 1):+.1f}%")
+        if earlier is None or tonight is None:
+            out.append(said + ")")
+            continue
+        var, spread = add_variance(earlier, tonight)
+        t = abs(math.log(total)) / math.sqrt(var) if var > 0 else math.inf
+        p = float(stats.t.sf(t, var ** 2 / spread)) if spread > 0 else 0.0
+        if p < DRIFT_ALPHA:
+            out.append(said + f"; one-sided p {p:.2g} on the chain's summed variance)")
     return out
 
 

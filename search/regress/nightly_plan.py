@@ -140,13 +140,32 @@ def chain_ratios(baseline: Baseline) -> dict[str, float]:
             if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def chain_variances(baseline: Baseline) -> dict[str, tuple[float, float]] | None:
+    """Per gated metric, the promotions' log B/A ratios' summed variance and sum of variance^2 / df
+    (search.regress.nightly.add_variance; drifted tests the chain's product with them); None for a chain
+    promoted before variances were kept."""
+    stored = baseline.source.get("chain_var")
+    if stored is None:
+        return {} if not baseline.source.get("chain_ratio") else None
+    return {k: (float(v[0]), float(v[1])) for k, v in stored.items()
+            if isinstance(v, list) and len(v) == 2 and all(math.isfinite(float(x)) for x in v)}
+
+
 def promote(baseline: Baseline, report_dir: Path, build: Build, out_dir: Path, round_s: float) -> Path:
     """A baseline of the candidate's measurement, same name and gate, with where it came from and the
-    promotion chain's product of B/A ratios (so that small losses cannot add up unseen)."""
+    promotion chain's product of B/A ratios and the sum of their variances (so that small losses cannot add
+    up unseen, and the chain's own noise is not taken for one)."""
+    from search.regress.nightly import add_variance, log_ratio_variance
+
     data = read_json(report_dir / "report.json")
     before = chain_ratios(baseline)
-    chain = {v["metric"]: before.get(v["metric"], 1.0) * float(v["ratio"]) for v in data.get("verdicts") or []
-             if v.get("gated") and isinstance(v.get("ratio"), (int, float)) and math.isfinite(v["ratio"])}
+    gated = [v for v in data.get("verdicts") or []
+             if v.get("gated") and isinstance(v.get("ratio"), (int, float)) and math.isfinite(v["ratio"])]
+    chain = {v["metric"]: before.get(v["metric"], 1.0) * float(v["ratio"]) for v in gated}
+    earlier = chain_variances(baseline)
+    chain_var = None if earlier is None else {
+        v["metric"]: list(add_variance(earlier.get(v["metric"]), night)) for v in gated
+        if (night := log_ratio_variance(v)) is not None}
     side = (data.get("run") or {}).get("b") or {}
     ci_url = None
     if os.environ.get("GITHUB_RUN_ID"):
@@ -160,7 +179,8 @@ def promote(baseline: Baseline, report_dir: Path, build: Build, out_dir: Path, r
                 "promoted_from": baseline.created, "previous_build": baseline.source.get("build"),
                 "report": str(report_dir / "report.json"), "outcome": data.get("outcome"),
                 "rounds": (data.get("run") or {}).get("rounds_done"), "round_s": round(round_s, 1),
-                "chain_ratio": chain, "chain_length": int(baseline.source.get("chain_length") or 0) + 1,
+                "chain_ratio": chain, "chain_var": chain_var,
+                "chain_length": int(baseline.source.get("chain_length") or 0) + 1,
                 "tool_commit": _tool_commit(), "ci_run": ci_url,
                 "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()})
     return save_baseline(promoted, out_dir, overwrite=True)
