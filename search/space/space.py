@@ -328,7 +328,8 @@ class Space:
             if param.side == "request":
                 request[name] = value
             elif param.env:
-                env[param.env] = str(value).lower() if isinstance(value, bool) else str(value)
+                if value is not None:  # null: the variable is not set (the engine's default), as for a flag
+                    env[param.env] = str(value).lower() if isinstance(value, bool) else str(value)
             else:
                 flags[name] = value
         return flags, env, request

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.engines import get_engine
-from search.space.space import SpaceError, constraint_value, load_space, parse_space
+from search.space.space import Config, SpaceError, constraint_value, load_space, parse_space
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,6 +145,16 @@ def test_split_and_launch_key_separate_launch_from_request_side() -> None:
     assert "--enforce-eager" in argv and argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.9"
     assert spec.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+
+
+def test_a_null_environment_choice_leaves_the_variable_unset() -> None:
+    d = doc()
+    d["params"]["bind"] = {"type": "categorical", "choices": [None, "0-1"], "env": "VLLM_CPU_OMP_THREADS_BIND"}
+    space = parse_space(d)
+    unset = Config(engine="vllm", model="m", values={"bind": None})
+    assert space.split(unset)[1] == {}  # not VLLM_CPU_OMP_THREADS_BIND=None
+    assert space.split(Config(engine="vllm", model="m", values={"bind": "0-1"}))[1] == \
+        {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}
 
 
 def test_default_config_is_the_baseline() -> None:
