@@ -63,11 +63,11 @@ def test_env_switches_and_docker_settings_reach_the_spec() -> None:
                        image="vllm/vllm-openai:cu130-nightly", gpus="all", ipc_host=True,
                        env={"HF_HUB_OFFLINE": "1"},
                        volumes=(Volume("/models", "/models", read_only=True),)),
-        ModelChoice("m", "/models/m"), {}, {"VLLM_USE_FLASHINFER_MOE_FP4": "0"}, 8000)
-    assert spec.env == {"HF_HUB_OFFLINE": "1", "VLLM_USE_FLASHINFER_MOE_FP4": "0"}
+        ModelChoice("m", "/models/m"), {}, {"VLLM_GDN_DECODE_KERNEL": "triton"}, 8000)
+    assert spec.env == {"HF_HUB_OFFLINE": "1", "VLLM_GDN_DECODE_KERNEL": "triton"}
     assert spec.launcher == "docker" and spec.gpus == "all" and spec.ipc_host
     line = spec.command_line()
-    assert "--gpus all" in line and "-v /models:/models:ro" in line and "VLLM_USE_FLASHINFER_MOE_FP4=0" in line
+    assert "--gpus all" in line and "-v /models:/models:ro" in line and "VLLM_GDN_DECODE_KERNEL=triton" in line
 
 
 def test_the_model_is_positional_only_after_serve() -> None:
