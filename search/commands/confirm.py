@@ -7,6 +7,7 @@ starts, interleaved, and store the confirmed verdict in the study (shown by show
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -128,7 +129,6 @@ def rounds_at_least(low: int) -> Callable[[str], int]:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-
     storage, name = storage_for(args.study, args.storage)
     study = optuna.load_study(study_name=name, storage=storage)
     source = args.space or study.user_attrs.get("space_source")
@@ -136,8 +136,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         raise ResultsError("the study does not name a space file that exists here; give --space FILE")
     space = load_space(str(source))
     results_dir = Path(args.results) / name
-    progress = lambda text: console.print(f"  {text}")  # noqa: E731
+    progress = lambda text: err.print(f"  {safe(text)}")  # noqa: E731  (progress on stderr)
+    answer = (lambda text: None) if args.json else (lambda text: console.print(safe(text)))
+    shown: dict[str, Any] = {"study": name}
     winner = (stored_confirmation(study) or {}).get("winner")
+    code = Exit.PASS
     if not args.stability_only:
         confirm = space.m.confirm
         top = confirm.top_k if args.top is None else args.top
@@ -151,18 +154,22 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             return Exit.TERMINATED if isinstance(exc, Terminated) else Exit.INTERRUPTED
         if result is None:
             raise ResultsError("the study has no completed default trial to confirm against")
-        console.print(result.answer)
+        answer(result.answer)
+        shown["confirmation"] = result.to_dict()
         winner = result.winner
-    if args.stability is None:
-        return 0
-    target = stability_target(load_view(study), space, winner if isinstance(winner, int) else None)
-    if target is None:
-        raise ResultsError("no measured config to hold under load")
-    held = run_stability_check(space, target, results_dir / "stability" / f"{target.number:04d}", args.stability,
-                               progress)
-    study.set_user_attr(STABILITY_ATTR, {"trial": target.number, **held.to_dict()})
-    console.print(f"#{target.number} {held.summary()}")
-    return 0 if held.failure is None and held.errors == 0 else 1
+    if args.stability is not None:
+        target = stability_target(load_view(study), space, winner if isinstance(winner, int) else None)
+        if target is None:
+            raise ResultsError("no measured config to hold under load")
+        held = run_stability_check(space, target, results_dir / "stability" / f"{target.number:04d}",
+                                   args.stability, progress)
+        study.set_user_attr(STABILITY_ATTR, {"trial": target.number, **held.to_dict()})
+        answer(f"#{target.number} {held.summary()}")
+        shown["stability"] = {"trial": target.number, **held.to_dict()}
+        code = Exit.PASS if held.failure is None and held.errors == 0 else Exit.REGRESSION
+    if args.json:
+        print(json.dumps(shown, default=str))
+    return code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -171,7 +178,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("study", help="results folder (results/NAME) or study name")
     p.add_argument("--storage")
     p.add_argument("--space", help="the space file (default: the one the study was created from)")
-    p.add_argument("--results", default="results", help="results folder (default: ./results)")
+    p.add_argument("-o", "--out", "--results", dest="results", default="results", metavar="DIR",
+                   help="results folder (default: ./results; --results is the old name)")
     p.add_argument("--top", type=int, help="how many of the best configs to confirm (default: the space's "
                                            "confirm.top_k)")
     rounds = p.add_mutually_exclusive_group()
@@ -187,6 +195,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--stability", type=duration_s, metavar="DURATION",
                    help="then hold the winner (the confirmed one, else the best) at its capacity load for "
                         "DURATION (30m, 90s, 1h): errors, server death, SLO misses, throughput drift")
+    p.add_argument("--json", action="store_true", help="print the confirmation (and the stability run) as one "
+                                                       "JSON object")
     p.add_argument("--stability-only", action="store_true",
                    help="skip the confirmation rounds: only the stability run (with --stability)")
     p.set_defaults(func=cmd_confirm)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 from search.exit_codes import Exit
@@ -12,23 +14,30 @@ from search.regress import history
 def cmd_history(args: argparse.Namespace) -> int:
     rows = history.load(args.baseline, args.dir)
     if not rows:
-        print(f"no history for {args.baseline} in {args.dir or history.history_dir()}")
+        said = f"no history for {args.baseline} in {args.dir or history.history_dir()}"
+        print(json.dumps({"baseline": args.baseline, "rows": [], "drifts": [], "note": said}) if args.json else said)
         return Exit.NO_HISTORY
-    for r in rows[-args.last:]:
-        # A side that never started leaves no median (None) in its row.
-        b = f"{r['median_b']:.4g}" if isinstance(r.get("median_b"), (int, float)) else "-"
-        ratio = f"{100 * (r['ratio'] - 1):+.1f}%" if isinstance(r.get("ratio"), (int, float)) else "-"
-        print(f"{r['time']}  {r['source']:8s} {r['metric']:28s} {r['verdict']:12s} "
-              f"B {b}  B/A {ratio}  {r['candidate']}")
     drifts = [d for s in ("median_b", "ratio") for d in history.detect_drift(rows, args.min_effect, s)]
-    for d in drifts:
-        print(d.describe())
+    # With --json, stdout is the one JSON object; what was written is said on stderr.
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    if args.json:
+        print(json.dumps({"baseline": args.baseline, "rows": rows[-args.last:],
+                          "drifts": [d.to_dict() for d in drifts]}, default=str))
+    else:
+        for r in rows[-args.last:]:
+            # A side that never started leaves no median (None) in its row.
+            b = f"{r['median_b']:.4g}" if isinstance(r.get("median_b"), (int, float)) else "-"
+            ratio = f"{100 * (r['ratio'] - 1):+.1f}%" if isinstance(r.get("ratio"), (int, float)) else "-"
+            print(f"{r['time']}  {r['source']:8s} {r['metric']:28s} {r['verdict']:12s} "
+                  f"B {b}  B/A {ratio}  {r['candidate']}")
+        for d in drifts:
+            print(d.describe())
     if args.export:
-        print(f"wrote {history.export(rows, Path(args.export))}")
+        say(f"wrote {history.export(rows, Path(args.export))}")
     if args.plot:
         metric = args.metric or rows[-1]["metric"]
-        print(f"wrote {history.plot_history(rows, metric, Path(args.plot))}")
-    return 1 if any(d.flagged for d in drifts) else 0
+        say(f"wrote {history.plot_history(rows, metric, Path(args.plot))}")
+    return Exit.REGRESSION if any(d.flagged for d in drifts) else Exit.PASS
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -41,4 +50,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--export", help="write the history as .csv or .parquet")
     p.add_argument("--plot", help="plot one metric's B/A trend with CIs to this .png/.svg")
     p.add_argument("--metric", help="the metric to plot (default: the newest row's)")
+    p.add_argument("--json", action="store_true", help="print the rows and the drift verdicts as one JSON object")
     p.set_defaults(func=cmd_history)

@@ -254,8 +254,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="fail when the candidate's torch is not a CUDA build that sees a GPU (pip/python builds)")
     p.add_argument("--promote", help="write a passing baseline's candidate measurement here as NAME.json")
     p.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
-    p.add_argument("--out", default="reports", help="one report folder per baseline, and nightly.json "
-                                                    "(default ./reports)")
+    p.add_argument("-o", "--out", default="reports", metavar="DIR",
+                   help="one report folder per baseline, and nightly.json (default ./reports)")
     p.add_argument("--dry-run", action="store_true", help="check the baselines, the kinds and the plan, print the "
                                                              "candidate's exact install or pull, and stop")
     p.add_argument("--quiet", action="store_true")

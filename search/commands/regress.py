@@ -322,7 +322,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-servers", action="store_true",
                    help="start each side once and alternate runs (faster; a per-server session effect "
                         "then counts as change)")
-    p.add_argument("--out", help="write report.md, junit.xml and report.json (and server logs) here")
+    p.add_argument("-o", "--out", metavar="DIR",
+                   help="write report.md, junit.xml and report.json (and server logs) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of Markdown")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--dry-run", action="store_true", help="check that each side's build can drive its engine and "
@@ -347,7 +348,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                       help="record only this workload (repeatable): measured alone, and the baseline's space keeps "
                            "only it, so regress and nightly measure and price it alone")
     save.add_argument("--min-effect", type=float, default=DEFAULT_MIN_EFFECT)
-    save.add_argument("--dir", default="baselines", help="where baseline files live (default ./baselines)")
+    save.add_argument("-o", "--out", "--dir", dest="dir", default="baselines", metavar="DIR",
+                      help="where baseline files are written (default ./baselines; --dir is the old name)")
     save.add_argument("--work-dir", help="server logs of the measurement")
     save.add_argument("--force", action="store_true", help="replace an existing baseline file")
     save.add_argument("--quiet", action="store_true")

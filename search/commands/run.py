@@ -177,7 +177,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--timeout", type=float, help="stop starting new trials after this many seconds")
     run.add_argument("--study", help="study name (default: the space's name)")
     run.add_argument("--storage", help="Optuna storage URL (default: SQLite in the results folder)")
-    run.add_argument("--results", default="results", help="results folder (default: ./results)")
+    run.add_argument("-o", "--out", "--results", dest="results", default="results", metavar="DIR",
+                     help="results folder (default: ./results; --results is the old name)")
     run.add_argument("--quiet", action="store_true", help="print only the final table")
     run.add_argument("--json", action="store_true", help="print JSON lines instead of text")
     run.add_argument("--budget-hours", type=float, metavar="H",

@@ -4,15 +4,18 @@ verdict; the winning launch command(s), ready to paste."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import optuna
 from rich.table import Table
 
 from harness.engines import get_engine
 from harness.secrets import launch_secrets, scrub_text
+from search.exit_codes import Exit
 from search.space.space import Config, Space, load_space
 from search.store.results import TrialRecord
 from search.store.storage import open_existing, storage_for
@@ -95,9 +98,24 @@ def print_per_load(view: StudyView) -> None:
 
 
 
+def study_json(view: StudyView) -> dict[str, Any]:
+    """`search show --json`: every trial's stored summary, the best, the ratios to the default, the verdict."""
+    best = view.best()
+    return {"study": view.name, "objectives": [{"metric": m, "direction": d} for m, d in view.objectives],
+            "default_trial": view.baseline_number,
+            "trials": [{**r.summary(), "ratio_to_default": view.ratio_to_default(r)}
+                       for r in sorted(view.records, key=lambda r: r.number)],
+            "best": [r.number for r in best], "noise": view.noise(), "confirmation": view.confirmation,
+            "verdict": view.verdict()}
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     storage, name = storage_for(args.study, args.storage)
-    print_study(load_view(open_existing(name, storage)))
+    view = load_view(open_existing(name, storage))
+    if args.json:
+        print(json.dumps(study_json(view), default=str))
+    else:
+        print_study(view)
     return 0
 
 
@@ -132,11 +150,17 @@ def cmd_best(args: argparse.Namespace) -> int:
     study = open_existing(name, storage)
     view = load_view(study)
     best = view.best()
-    err.print(safe(view.verdict()))
+    if not args.json:
+        err.print(safe(view.verdict()))
     winner = (view.confirmation or {}).get("winner")
     space = _space_of(study, args.space)
+    shown = []
     for r in sorted(best, key=lambda r: r.number != winner):  # the confirmed winner first
         daily = daily_command(space, r, args.name or view.name, args.port) if space is not None else None
+        if args.json:
+            shown.append({"trial": r.number, "confirmed_winner": r.number == winner, "params": r.params,
+                          "objective_values": r.objective_values, "command": r.command, "daily": daily})
+            continue
         if args.daily:
             print(daily or r.command)
             continue
@@ -148,13 +172,16 @@ def cmd_best(args: argparse.Namespace) -> int:
             err.print("# the daily command needs the study's space file: give --space FILE")
         err.print(f"# the exact command trial #{r.number} ran (foreground, removed when stopped):")
         print(r.command)
-    return 0 if best else 1
+    if args.json:
+        print(json.dumps({"study": view.name, "verdict": view.verdict(), "best": shown}, default=str))
+    return Exit.PASS if best else Exit.REGRESSION
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show = sub.add_parser("show", help="print a stored study: trials, failures, best config")
     show.add_argument("study", help="results folder or study name")
     show.add_argument("--storage")
+    show.add_argument("--json", action="store_true", help="print the study as one JSON object")
     show.set_defaults(func=cmd_show)
     best = sub.add_parser("best", help="print the winning launch command(s), ready to paste")
     best.add_argument("study")
@@ -163,4 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     best.add_argument("--name", help="the daily container's name (default: the study's name)")
     best.add_argument("--port", type=int, default=8000, help="the daily server's fixed port (default 8000)")
     best.add_argument("--daily", action="store_true", help="print only the daily command(s) on stdout")
+    best.add_argument("--json", action="store_true", help="print the best trial(s), each with its exact and "
+                                                          "daily command, as one JSON object")
     best.set_defaults(func=cmd_best)

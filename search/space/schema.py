@@ -470,3 +470,15 @@ class SpaceModel(Strict):
             raise ValueError(f"slo.workload: {self.slo.workload!r} is not a workload ({', '.join(wnames)})")
         return self
 
+
+
+def json_schema() -> dict[str, Any]:
+    """The space file's JSON Schema, from these models (`search schema`; committed as
+    spaces/space.schema.json, which editors find through the `# yaml-language-server: $schema=` line
+    of each shipped space). The loader's shorthands are allowed: a bare objective name
+    (`objectives: [capacity]`)."""
+    schema = SpaceModel.model_json_schema()
+    objectives = schema["properties"]["objectives"]
+    objectives["items"] = {"anyOf": [{"type": "string"}, objectives["items"]]}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "flagsearch space", **{
+        k: v for k, v in schema.items() if k != "title"}}

@@ -64,3 +64,33 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert done.value.code == 0
     printed = capsys.readouterr().out.strip()
     assert printed == f"search (flagsearch) {version()}" and re.search(r"\d+\.\d+", version()), printed
+
+
+@pytest.mark.parametrize("argv, dest", [
+    (["run", "s.yaml"], "results"), (["confirm", "s"], "results"), (["regress", "--baseline", "b.json"], "out"),
+    (["ab", "s.yaml"], "out"), (["nightly", "--candidate-build", "x"], "out"),
+    (["bisect", "s.yaml", "--build", "a", "--build", "b"], "out"), (["baseline", "save", "s", "--name", "n"], "dir")])
+def test_one_output_flag_name_with_the_old_names_kept(argv: list[str], dest: str) -> None:
+    parser = build_parser()
+    for flag in ("-o", "--out", *{"results": ["--results"], "dir": ["--dir"]}.get(dest, [])):
+        assert getattr(parser.parse_args([*argv, flag, "folder"]), dest) == "folder", (argv, flag)
+
+
+def test_show_best_and_history_print_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.search.test_terminal import make_study
+
+    results = tmp_path / "results" / "js"
+    make_study(results)
+    capsys.readouterr()
+    assert main(["show", str(results), "--json"]) == Exit.PASS
+    shown = json.loads(capsys.readouterr().out)
+    assert [t["number"] for t in shown["trials"]] == [0, 1, 2] and shown["best"] == [2] and shown["verdict"]
+    assert shown["trials"][2]["objective_values"] == [12.0]
+    assert main(["best", str(results), "--json"]) == Exit.PASS
+    printed = capsys.readouterr()
+    best = json.loads(printed.out)
+    assert [b["trial"] for b in best["best"]] == [2] and "command" in best["best"][0] and printed.err == ""
+    assert main(["history", "none-yet", "--dir", str(tmp_path / "h"), "--json"]) == Exit.NO_HISTORY
+    assert json.loads(capsys.readouterr().out)["rows"] == []

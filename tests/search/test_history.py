@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -86,3 +87,7 @@ def test_history_command_prints_flags_a_drift_and_exports(tmp_path: Path, capsys
     assert code == 1 and "DRIFT" in out and "change points at run(s) 8" in out
     assert len(pd.read_csv(tmp_path / "h.csv")) == 16 and (tmp_path / "h.png").stat().st_size > 0
     assert main(["history", "no-such-baseline", "--dir", str(tmp_path)]) == 6  # no history yet
+    capsys.readouterr()
+    assert main(["history", "nightly-x", "--dir", str(tmp_path), "--json", "--last", "5"]) == 1
+    shown = json.loads(capsys.readouterr().out)  # one JSON object: the drift verdicts and the last rows
+    assert len(shown["rows"]) == 5 and any(d["flagged"] and d["change_points"] == [8] for d in shown["drifts"])
