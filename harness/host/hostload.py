@@ -118,13 +118,33 @@ def speed_probe() -> float:
     return 1000.0 * best
 
 
-def host_speed_note(probes_ms: list[float]) -> str:
-    """'' unless the probes taken between a comparison's starts varied by HOST_SPEED_RATIO or more."""
+# A GPU engine whose device was at least this busy (the median over the windows of each window's
+# highest utilisation) is bound by the GPU, not by the CPU that feeds it: the CPU's speed is then not
+# what its measurements vary with. A judgment, not a measured boundary: a decode loop that waits on
+# the host shows the device idle between kernels, well under it.
+GPU_BOUND_PCT = 70.0
+
+
+def gpu_busy_pct(windows: Sequence[dict[str, Any]]) -> float | None:
+    """The median of the windows' highest GPU utilisation; None when no window saw a GPU (a CPU engine)."""
+    seen = sorted(float(w["gpu_util_pct"]) for w in windows if w.get("gpu_util_pct") is not None)
+    return seen[len(seen) // 2] if seen else None
+
+
+def host_speed_note(probes_ms: list[float], windows: Sequence[dict[str, Any]] = ()) -> str:
+    """'' unless the probes taken between a comparison's starts varied by HOST_SPEED_RATIO or more, and the
+    engine is one the CPU's speed moves: a CPU engine, or a GPU engine whose device waited (`windows`: the
+    comparison's LoadWindow.to_dict() records; a busy GPU there means the CPU is not its bottleneck)."""
     probes = [p for p in probes_ms if p > 0 and math.isfinite(p)]
     if len(probes) < 4 or max(probes) < HOST_SPEED_RATIO * min(probes):
         return ""
+    busy = gpu_busy_pct(windows)
+    if busy is not None and busy >= GPU_BOUND_PCT:
+        return ""
+    why = (f" (the GPU was busy only {busy:.0f}% of the time: the CPU that feeds it may be what limits it)"
+           if busy is not None else "")
     return (f"this machine's CPU speed varied between starts: a fixed piece of work took {min(probes):.1f}-"
-            f"{max(probes):.1f} ms ({max(probes) / min(probes):.2f}x) before our starts; other programs here, "
+            f"{max(probes):.1f} ms ({max(probes) / min(probes):.2f}x) before our starts{why}; other programs here, "
             "or another tenant of the physical host (a VM's shared core, which no process table shows), slow "
             "the measurements unevenly: expect wider intervals")
 

@@ -162,7 +162,7 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
                 answer += (f" (continued from {continued_from} stored rounds: over its {stages} stages the chance "
                            f"of a false call is at most {100 * stages * DEFAULT_ALPHA:.0f}%, not "
                            f"{100 * DEFAULT_ALPHA:.0f}%)")
-            if note := host_speed_note([float(w["probe_ms"]) for w in windows]):
+            if note := host_speed_note([float(w["probe_ms"]) for w in windows], windows):
                 answer += f" ({note})"
         else:
             answer, winner = (f"not confirmed yet: {rounds} of at most {max_rounds} rounds measured and stored "

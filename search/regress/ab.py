@@ -320,7 +320,7 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     kept = run.rounds_done >= 2 and all(len(s.samples.get("startup.ready_s", [])) == 1 for s in (run.a, run.b))
     if kept:
         report.notes.append(ONE_START)
-    if note := host_speed_note(run.host_probe_ms):
+    if note := host_speed_note(run.host_probe_ms, run.load):
         report.notes.append(note)
         if unpinned := kept_unpinned_note(kept, (run.a.fingerprint, run.b.fingerprint)):
             report.notes.append(unpinned)

@@ -248,7 +248,7 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
     if probe.verdict == "not regressed":
         probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
                       "alone could not call it unchanged")
-    speed = host_speed_note(probe.host_probe_ms)
+    speed = host_speed_note(probe.host_probe_ms, probe.load)
     unpinned = kept_unpinned_note(kept, (probe.fingerprint_a, probe.fingerprint_b)) if speed else ""
     for host in (speed, unpinned, load_note(probe.load)):
         if host:

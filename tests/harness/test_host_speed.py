@@ -39,3 +39,17 @@ def test_a_comparison_whose_turns_were_contended_says_so() -> None:
     assert "not quiet in 2 of 4 turns" in note and "up to 1.40 of the 2 cores" in note and "quiet machine" in note
     gpu = {**quiet, "contended": True, "gpu_foreign_pids": [4242]}
     assert "other processes were on the GPU (4242)" in load_note([gpu, gpu])
+
+
+def test_a_busy_gpu_engine_gets_no_cpu_speed_note_and_a_waiting_one_does() -> None:
+    """The GPU machine's bisect: every probe warned of the CPU's speed while the GPU decoded at 0.3-1.9%
+    noise. A warning about a resource the engine does not use teaches users to ignore warnings."""
+    seen = [4.87, 5.72, 3.76, 5.92, 6.25, 3.57, 5.92, 3.52]  # a host whose CPU speed varied 1.78x
+
+    def windows(util: float | None) -> list[dict[str, object]]:
+        return [{"gpu_util_pct": util, "contended": False} for _ in seen]
+
+    assert host_speed_note(seen, windows(97.0)) == ""  # the device was the bottleneck
+    waiting = host_speed_note(seen, windows(35.0))  # the device waited on the host: the CPU matters
+    assert "1.78x" in waiting and "GPU was busy only 35%" in waiting
+    assert host_speed_note(seen, windows(None)) == host_speed_note(seen)  # a CPU engine: as before
