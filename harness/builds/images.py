@@ -17,6 +17,29 @@ from typing import Any
 from harness.builds.cache import builds_dir, cache_key, locked, now_iso
 from harness.builds.envs import BuildError, BuildNotFound, Progress, quiet, resolve_git_ref
 from harness.builds.routes import fill_script, script_parts, vllm_repo
+from harness.launch.heartbeat import Heartbeat, PullProgress
+
+
+def _pull(client: Any, ref: str, progress: Progress) -> Any:
+    """`docker pull ref` with a heartbeat (harness/launch/heartbeat.py): bytes and layers done, on one
+    redrawn terminal line or a progress line every 30 s; an error event raises as the SDK's own pull does."""
+    import docker.errors
+    from docker.utils import parse_repository_tag
+
+    repository, tag = parse_repository_tag(ref)
+    seen = PullProgress()
+    beat = Heartbeat(f"pulling {ref}", progress) if progress is not quiet else None
+    try:
+        for event in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+            if event.get("error"):
+                raise docker.errors.APIError(str(event["error"]))
+            seen.add(event)
+            if beat:
+                beat.beat(seen.line())
+    finally:
+        if beat:
+            beat.done()
+    return client.images.get(ref if tag else f"{ref}:latest")
 
 
 def resolve_image(ref: str, progress: Progress = quiet, pull: bool = True) -> tuple[str, dict[str, Any]]:
@@ -37,7 +60,7 @@ def resolve_image(ref: str, progress: Progress = quiet, pull: bool = True) -> tu
         if pull and not built_here and not (by_digest and local is not None):
             progress(f"pulling {ref}" + (" (a tag is pulled every time: it may have moved)" if not by_digest else ""))
             try:
-                image = client.images.pull(ref)
+                image = _pull(client, ref, progress)
                 pulled = now_iso()
             except docker.errors.NotFound as exc:
                 raise BuildNotFound(f"image {ref}: not found ({exc.explanation or exc})") from None

@@ -94,3 +94,34 @@ class Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self.done()
+
+
+class PullProgress:
+    """An image pull's progress from the Docker engine's pull events (`{"id": LAYER, "status":
+    "Downloading", "progressDetail": {"current": N, "total": M}}`), as one status line for Heartbeat."""
+
+    def __init__(self) -> None:
+        self.layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes in all)
+        self.done: set[str] = set()
+        self.status = ""
+
+    def add(self, event: dict[str, object]) -> None:
+        layer, status = str(event.get("id") or ""), str(event.get("status") or "")
+        detail = event.get("progressDetail")
+        if layer and isinstance(detail, dict) and isinstance(detail.get("total"), int) and status == "Downloading":
+            self.layers[layer] = (int(detail.get("current") or 0), int(detail["total"]))
+        if layer and status in ("Download complete", "Pull complete", "Already exists"):
+            self.done.add(layer)
+            if layer in self.layers:
+                self.layers[layer] = (self.layers[layer][1], self.layers[layer][1])
+        if not layer and status:
+            self.status = status  # "Pulling from ...", "Digest: ...", "Status: ..."
+
+    def line(self) -> str:
+        got = sum(current for current, _ in self.layers.values())
+        total = sum(size for _, size in self.layers.values())
+        seen = len(self.layers.keys() | self.done)
+        if not seen:
+            return self.status
+        mb = f"{got / 1e6:.0f}/{total / 1e6:.0f} MB, " if total else ""
+        return f"{mb}{len(self.done)} of {seen} layers done"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import flagsearch_home
-from harness.launch.heartbeat import Heartbeat, last_line
+from harness.launch.heartbeat import Heartbeat, PullProgress, last_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,26 @@ def test_last_line_reads_a_big_log_from_its_end(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     log.write_text("x" * 100_000 + "\nthe end\n")
     assert last_line(log) == "the end" and last_line(tmp_path / "none.log") == "" and last_line(None) == ""
+
+
+def test_an_image_pulls_progress_in_bytes_and_layers() -> None:
+    """The Docker engine's pull events, as the daemon streams them (docker-py's api.pull, decode=True)."""
+    pull = PullProgress()
+    pull.add({"status": "Pulling from vllm/vllm-openai", "id": "v0.11.0"})
+    pull.add({"status": "Pulling fs layer", "id": "a1"})
+    pull.add({"status": "Pulling fs layer", "id": "b2"})
+    pull.add({"status": "Already exists", "id": "c3"})
+    pull.add({"status": "Downloading", "progressDetail": {"current": 50_000_000, "total": 200_000_000}, "id": "a1"})
+    pull.add({"status": "Downloading", "progressDetail": {"current": 1_000_000, "total": 600_000_000}, "id": "b2"})
+    assert pull.line() == "51/800 MB, 1 of 3 layers done"
+    pull.add({"status": "Download complete", "id": "a1"})
+    pull.add({"status": "Pull complete", "id": "a1"})
+    assert pull.line() == "201/800 MB, 2 of 3 layers done"
+    fresh = PullProgress()
+    fresh.add({"status": "Pulling from library/busybox", "id": "latest"})  # the tag's own line: not a layer
+    assert fresh.line() == ""
+    fresh.add({"status": "Digest: sha256:0123"})
+    assert fresh.line() == "Digest: sha256:0123"
 
 
 @pytest.mark.e2e
