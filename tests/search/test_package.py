@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.search.test_report import real_study  # noqa: F401  (the fixture)
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -71,11 +73,9 @@ def test_a_shipped_space_dry_runs_from_another_folder(installed: Path, tmp_path:
 
 
 @pytest.mark.e2e
-def test_the_installed_wheel_reports_a_real_study(installed: Path, tmp_path_factory: pytest.TempPathFactory,
+def test_the_installed_wheel_reports_a_real_study(installed: Path, real_study: Path,  # noqa: F811
                                                   tmp_path: Path) -> None:
-    from tests.search.test_report import build_real_study
-
-    study = build_real_study(tmp_path_factory.getbasetemp())  # shared with test_report.py's real study
+    study = real_study  # test_report.py's real study (built once per worker: the same xdist group)
     out = tmp_path / "report.html"
     done = _run([str(installed / "search"), "report", str(study), "--html", str(out)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
