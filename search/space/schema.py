@@ -475,10 +475,13 @@ class SpaceModel(Strict):
 def json_schema() -> dict[str, Any]:
     """The space file's JSON Schema, from these models (`search schema`; committed as
     spaces/space.schema.json, which editors find through the `# yaml-language-server: $schema=` line
-    of each shipped space). The loader's shorthands are allowed: a bare objective name
-    (`objectives: [capacity]`)."""
+    of each shipped space). The loader's shorthands, which its "before" validators accept and the
+    models' types do not show, are allowed too: a bare objective name (`objectives: [capacity]`), a bare
+    number for a ulimit's soft and hard limit (`ulimits: {nofile: 1048576}`)."""
     schema = SpaceModel.model_json_schema()
     objectives = schema["properties"]["objectives"]
     objectives["items"] = {"anyOf": [{"type": "string"}, objectives["items"]]}
+    ulimits = schema["$defs"]["EngineModel"]["properties"]["ulimits"]
+    ulimits["additionalProperties"] = {"anyOf": [{"type": "integer"}, ulimits["additionalProperties"]]}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "flagsearch space", **{
         k: v for k, v in schema.items() if k != "title"}}
