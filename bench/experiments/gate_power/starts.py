@@ -1,0 +1,98 @@
+"""Starts per side for 95% power at -5%, the gate against a one-sided known-noise z test, at the paired noise
+per start measured on each setup (docs/calibration.md; docs/lab-notes/2026-11-calibration-live.md; the
+H200 figures are what `search ab` printed there). Simulated:
+
+- the gate: the product's paired sequential test (search/verdicts/sequential.py: the t test on a round's
+  differences, looks after every round from the 3rd to the cap N, the stored Pocock threshold of that plan),
+  two-sided at the throughput verdict's share of a run's alpha: 0.01 where it shares 0.02 with the workload's
+  error rate (as every live run so far), 0.02 where it has it alone. Its count is the smallest cap N at which
+  at least 95% of runs call a true -5% "regressed" by round N (the t test's rounds, one start a side each);
+- the reference: a z test told the noise in advance, one look after n rounds, one-sided at 1% (the same
+  false-"regressed" rate as the gate's 0.02 two-sided): the fewest n with 95% power (simulated; the closed
+  form 2 sd^2 (z_0.99 + z_0.95)^2 / ln(1/0.95)^2 agrees).
+
+    python -m bench.experiments.gate_power.starts [SIMS]   # 20000: ~20 s; output starts.txt beside it
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from search.verdicts.boundaries import MAX_PLANNED_ROUNDS, MIN_STARTS, paired_p_threshold
+
+EFFECT = math.log(0.95)  # a round's log difference under a true -5%
+POWER = 0.95
+SETUPS = [  # name, paired residual per start (between starts and run to run, runs averaged in)
+    ("H100, random 7B f16, llama.cpp CUDA (between 0.42%, runs 0.69% / 3)", math.sqrt(0.0042 ** 2 + 0.0069 ** 2 / 3)),
+    ("H200, random 7B f16, llama.cpp CUDA (search ab there: 0.3%)", 0.003),
+    ("H200, random 7B f16, llama.cpp CUDA (search ab there: 1.9%)", 0.019),
+    ("H100, random 1.1B f16, llama.cpp CUDA, pinned", 0.0189),
+    ("CPU llama-server, SmolLM2, a calm host", 0.0108),
+    ("CPU llama-server, SmolLM2, the noisier Xeon VM", 0.0328),
+    ("vLLM-CPU, SmolLM2, a calm hour", 0.0210),
+    ("vLLM-CPU, SmolLM2, pooled over hours", 0.0367),
+]
+
+
+def gate_starts(per_start: float, alpha: float, sims: int, rng: np.random.Generator) -> int | None:
+    """The smallest cap N (looks 3..N) at which >= 95% of simulated runs call -5% regressed by round N."""
+    from scipy import special
+
+    d = EFFECT + math.sqrt(2) * per_start * rng.standard_normal((sims, MAX_PLANNED_ROUNDS))
+    counts = np.arange(1, MAX_PLANNED_ROUNDS + 1)
+    mean = np.cumsum(d, axis=1) / counts
+    var = (np.cumsum(d * d, axis=1) - counts * mean ** 2) / np.maximum(counts - 1, 1)
+    p = np.ones_like(mean)
+    for n in range(MIN_STARTS, MAX_PLANNED_ROUNDS + 1):
+        se = np.sqrt(np.maximum(var[:, n - 1], 1e-300) / n)
+        p[:, n - 1] = 2 * special.stdtr(n - 1, -np.abs(mean[:, n - 1]) / se)
+    for cap in range(MIN_STARTS, MAX_PLANNED_ROUNDS + 1):
+        looks = tuple(range(MIN_STARTS, cap + 1))
+        p_star = paired_p_threshold(looks, alpha)
+        # The first look that crosses stops the run: a call of "regressed" when the mean is below zero then
+        # (a crossing the other way stops it too, and counts as a miss).
+        crossed = (p[:, MIN_STARTS - 1:cap] < p_star)
+        first = np.where(crossed.any(axis=1), crossed.argmax(axis=1) + MIN_STARTS, 0)
+        found = (first > 0) & (mean[np.arange(sims), np.maximum(first, 1) - 1] < 0)
+        if found.mean() >= POWER:
+            return cap
+    return None
+
+
+def z_starts(per_start: float, sims: int, rng: np.random.Generator) -> int:
+    """The fewest rounds n at which a one-sided 1% z test with the noise known finds -5% in >= 95% of runs."""
+    from scipy.stats import norm
+
+    crit = norm.ppf(0.99)
+    sd = math.sqrt(2) * per_start
+    for n in range(1, 500):
+        mean = EFFECT + sd / math.sqrt(n) * rng.standard_normal(sims)
+        if (-mean / (sd / math.sqrt(n)) > crit).mean() >= POWER:
+            return n
+    return 500
+
+
+def main(sims: int) -> None:
+    rng = np.random.default_rng(2026_12_01)
+    print(f"starts per side for {100 * POWER:.0f}% power at -5% ({sims} simulated runs a cell)\n")
+    print("| setup | paired noise per start | gate, alpha 0.01 (shared with errors) | gate, alpha 0.02 | "
+          "z test, noise known, one-sided 1% | gate (0.02) / z |")
+    print("|---|---|---|---|---|---|")
+    for name, per_start in SETUPS:
+        shared, alone = gate_starts(per_start, 0.01, sims, rng), gate_starts(per_start, 0.02, sims, rng)
+        z = z_starts(per_start, sims, rng)
+
+        def text(n: int | None) -> str:
+            return str(n) if n is not None else f"> {MAX_PLANNED_ROUNDS}"
+
+        ratio = f"{alone / z:.1f}x" if alone is not None else f"> {MAX_PLANNED_ROUNDS / z:.1f}x"
+        print(f"| {name} | {100 * per_start:.2f}% | {text(shared)} | {text(alone)} | {z} | {ratio} |")
+    print("\nThe gate needs at least 3 starts a side (its first look) and estimates the noise from its own rounds;"
+          " a noise store of earlier rounds (not built) would be what closes the rest of the gap.")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20_000)
