@@ -12,7 +12,13 @@ it can launch, once, and caches it under FLAGSEARCH_HOME/builds keyed by the *re
 - the vLLM routes of harness/builds/routes.py: ``pr:N``, ``precompiled:REF@WHEEL_COMMIT``,
   ``vllm-wheel:COMMIT``, ``vllm-image:COMMIT``, ``image-script:REF -- CMD``; ``KEY=VALUE`` words in
   front of a pip spec are its install environment (``TORCH_CUDA_ARCH_LIST=12.1a pr:44700``).
+- ``overlay:IMAGE -- [--deps] SPEC``: the user's own image with a pip spec installed inside it
+  (harness/builds/overlay.py), cached by the base image's id and the resolved requirement.
 - ``python:/path/bin/python``: an existing engine environment, as before.
+
+After every pull, build or overlay the image is asked what it holds (harness/builds/provenance.py:
+the engine's version and commit, torch and its CUDA): recorded in the manifest, and a build whose
+inside commit is not the one it asked for is refused before any start.
 - ``command:/path/llama-server ...``: a whole engine command line, as before.
 
 Every build carries a manifest (exact versions or digest) that callers put in the fingerprint.
@@ -32,9 +38,11 @@ from typing import Any, Literal
 from harness.builds.cache import cache_key
 from harness.builds.envs import BuildError, BuildNotFound, Progress, pip_env, plan_pip, quiet
 from harness.builds.images import image_commands, resolve_image, script_image, script_plan
+from harness.builds.overlay import ensure_overlay, plan_overlay
+from harness.builds.provenance import asked_commit, check_asked, try_read_inside
 from harness.builds.routes import expand, join_env, split_env
 
-Kind = Literal["pip", "image", "python", "command", "script"]
+Kind = Literal["pip", "image", "python", "command", "script", "overlay"]
 __all__ = ["Build", "BuildError", "BuildNotFound", "BuildSpec", "dry_run_commands", "ensure_build", "parse_build"]
 
 
@@ -131,11 +139,26 @@ def ensure_build(spec: BuildSpec, progress: Progress = quiet) -> Build:
     if spec.kind == "pip":
         key, python, pip_manifest = pip_env(spec.value, spec.name, progress)
         return Build(spec=spec, key=key, python=python, manifest=pip_manifest)
-    if spec.kind == "image":
-        pinned, image_manifest = resolve_image(spec.value, progress)
-        return Build(spec=spec, key=cache_key("image", pinned), image=pinned, manifest=image_manifest)
-    if spec.kind == "script":
-        pinned, image_manifest = script_image(spec.value, progress)
+    if spec.kind == "overlay":
+        image_id, overlay_manifest = ensure_overlay(spec.value, progress)
+        return Build(spec=spec, key=cache_key("image", image_id), image=image_id, manifest=overlay_manifest)
+    if spec.kind in ("image", "script"):
+        if spec.kind == "image":
+            pinned, image_manifest = resolve_image(spec.value, progress)
+        else:
+            pinned, image_manifest = script_image(spec.value, progress)
+        commit = image_manifest.get("git_commit") or asked_commit(spec.value)
+        inside, why_not = try_read_inside(pinned)
+        if inside is not None:
+            image_manifest["inside"] = inside.as_dict()
+            progress(f"{spec.name} holds {inside.describe()}")
+        else:
+            image_manifest["inside_unread"] = why_not
+        if commit:
+            if inside is None:
+                raise BuildError(f"image {pinned}: asked for vLLM commit {commit[:12]}, but what it holds cannot be "
+                                 f"read ({why_not}); nothing was started")
+            check_asked(pinned, inside, commit=commit)
         return Build(spec=spec, key=cache_key("image", pinned), image=pinned, manifest=image_manifest)
     if spec.kind == "python":
         if not Path(spec.value).exists():
@@ -159,6 +182,11 @@ def dry_run_commands(spec: BuildSpec) -> list[str]:
         return plan.commands()
     if spec.kind == "image":
         return image_commands(spec.value)
+    if spec.kind == "overlay":
+        try:
+            return plan_overlay(spec.value).commands()
+        except (BuildError, ValueError) as exc:
+            return [f"# overlay {spec.value}: cannot plan it here: {exc}"]
     if spec.kind == "script":
         ref, commit, tag, command = script_plan(spec.value)
         return [f"{command}   # {ref} = {commit}; must tag {tag}, which is then pinned to its image id"]
@@ -172,6 +200,10 @@ def describe(build: Build) -> str:
         if m.get("git_commit"):
             bits.append(f"commit {str(m['git_commit'])[:12]}")
         return f"{build.spec.name} ({', '.join(bits)})"
+    if m.get("kind") == "image" and m.get("overlay"):
+        inside = m.get("inside") or {}
+        return (f"{build.spec.name} (overlay of {m.get('base_image')}: vllm {inside.get('version')}, torch "
+                f"{inside.get('torch')}; {str(m.get('image_id'))[:19]})")
     if m.get("kind") == "image":
         extra = f", {m['image_platform']}" if m.get("image_platform") else ""
         extra += f", vLLM commit {str(m['git_commit'])[:12]}" if m.get("git_commit") else ""

@@ -8,6 +8,9 @@ expanded into ordinary pip or image specs (harness/builds/builds.py) before anyt
 - ``vllm-image:COMMIT`` -> ``image:vllm/vllm-openai:nightly-COMMIT``: a per-commit image (a pull).
 - ``image-script:REF -- CMD``: CMD (a community image script) run once per commit with {commit},
   {ref} and {tag} filled in; the image it tagged as {tag}.
+- ``overlay:IMAGE -- [--deps] SPEC``: IMAGE (the user's own engine image) with the pip SPEC installed
+  inside it, `--no-deps` unless --deps (harness/builds/overlay.py); SPEC may be any route above that
+  ends as a pip spec (``overlay:vllm-node -- precompiled:pr:44700@WHEEL_COMMIT``).
 
 REF is a branch, a tag, a commit, ``refs/pull/N/head`` or ``pr:N``. ``KEY=VALUE`` words in front of a
 pip spec are the build's environment (``TORCH_CUDA_ARCH_LIST=12.1a pr:44700`` compiles for the
@@ -89,6 +92,10 @@ def expand(prefix: str, rest: str) -> tuple[str, str] | None:
         if not re.fullmatch(r"[0-9a-f]{7,40}", rest):
             raise ValueError(f"vllm-image:{rest}: write vllm-image:COMMIT (a vLLM commit on main)")
         return "image", f"{os.environ.get('FLAGSEARCH_VLLM_IMAGE') or VLLM_IMAGE}:nightly-{rest}"
+    if prefix == "overlay":
+        if " -- " not in rest or not rest.partition(" -- ")[0].strip():
+            raise ValueError(f"overlay:{rest}: write overlay:BASE_IMAGE -- [--deps] SPEC")
+        return "overlay", rest
     if prefix == "image-script":
         ref, sep, cmd = rest.partition(" -- ")
         if not sep or not ref.strip() or not cmd.strip():

@@ -17,6 +17,7 @@ from tests.fake_builds import git
 pytestmark = pytest.mark.docker
 
 IMAGE = TEST_IMAGE
+PYTHON_IMAGE = "flagsearch/debian-python:bookworm"  # scripts/setup_debian_image.sh: a base with Python
 
 
 def test_a_locally_built_image_is_pinned_to_its_id_without_a_pull(docker_client: docker.DockerClient) -> None:
@@ -42,10 +43,17 @@ def test_image_script_builds_once_per_commit_of_a_pull_request(docker_client: do
     head = git(repo, "rev-parse", "HEAD")
     git(repo, "update-ref", "refs/pull/1/head", head)
     monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
-    # A community-style script: builds an image for the given vLLM commit and tags it as asked.
+    # A community-style script: builds an image for the given vLLM commit and tags it as asked. The image
+    # holds a vLLM `_version.py` naming that commit (what a vLLM source build writes), since a built image
+    # is asked what it holds (harness/builds/provenance.py) and refused when it holds another commit.
     script = tmp_path / "build-image.sh"
-    script.write_text(f'#!/bin/bash\nset -e\necho "building vLLM $1"\nprintf "FROM {IMAGE}\\nLABEL vllm.commit=$1\\n" '
-                      '| docker build -q -t "$2" -\n')
+    script.write_text('#!/bin/bash\nset -e\necho "building vLLM $1"\nctx=$(mktemp -d)\nmkdir -p "$ctx/vllm"\n'
+                      'touch "$ctx/vllm/__init__.py"\n'
+                      'printf "__version__ = version = \'0.1\'\\n__commit_id__ = commit_id = \'%s\'\\n" "$1" '
+                      '> "$ctx/vllm/_version.py"\n'
+                      f'printf "FROM {PYTHON_IMAGE}\\nLABEL vllm.commit=$1\\nCOPY vllm /opt/fake/vllm\\n'
+                      'ENV PYTHONPATH=/opt/fake\\n" > "$ctx/Dockerfile"\n'
+                      'docker build -q --network host -t "$2" "$ctx"\n')
     spec = parse_build(f"image-script:pr:1 -- bash {script} {{commit}} {{tag}}")
     tags: list[str] = []
     try:
@@ -53,6 +61,7 @@ def test_image_script_builds_once_per_commit_of_a_pull_request(docker_client: do
         tags = [t for t in docker_client.images.get(built.image).tags if t.startswith("flagsearch-script:")]
         assert built.manifest["git_commit"] == head and built.manifest["git_ref"] == "refs/pull/1/head"
         assert docker_client.images.get(built.image).labels["vllm.commit"] == head
+        assert built.manifest["inside"]["commit"] == head  # read inside the image, not taken from the script
         assert pinned_text(built) == f"image:{built.image}" and built.image.startswith("sha256:")
         # The same spec again: the tagged image is reused, the script does not run a second time.
         seen: list[str] = []
