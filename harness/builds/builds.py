@@ -127,6 +127,8 @@ def pinned_text(build: Build) -> str:
     """The build as a spec that names exactly what ran (a digest, a commit, a version)."""
     if build.manifest.get("kind") == "pip":
         return f"pip:{build.manifest['requirement']}"
+    if build.manifest.get("overlay"):
+        return build.spec.text()  # the overlay spec names base and wheel exactly, and is cached by both
     if build.manifest.get("kind") == "image":
         return f"image:{build.image}"
     return build.spec.text()

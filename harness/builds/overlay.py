@@ -333,7 +333,13 @@ def _make(plan: OverlayPlan, folder: Path, progress: Progress, client: Any, chan
         repo, tag = plan.tag.rsplit(":", 1)
         labels = {"flagsearch.overlay.base": plan.base_id, "flagsearch.overlay.requirement": plan.requirement}
         label_changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
-        container.commit(repository=repo, tag=tag, changes=[*label_changes, *changes])
+        # The install ran with /bin/sh as its entrypoint, which a commit would keep: the new image gets the
+        # base image's own entrypoint and command back (then the caller's changes, if any). A commit keeps
+        # the container's entrypoint for `ENTRYPOINT []`; `[""]` is Docker's "none" (as `--entrypoint ""`).
+        config = client.images.get(plan.base_id).attrs.get("Config") or {}
+        entry, cmd = config.get("Entrypoint") or [""], config.get("Cmd") or []
+        restore = [f"ENTRYPOINT {json.dumps(entry)}", f"CMD {json.dumps(cmd or ([] if any(entry) else ['/bin/sh']))}"]
+        container.commit(repository=repo, tag=tag, changes=[*label_changes, *restore, *changes])
     finally:
         with contextlib.suppress(docker.errors.DockerException):
             container.remove(force=True)

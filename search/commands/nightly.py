@@ -36,6 +36,7 @@ from search.regress.nightly import (
     Result,
     build_identity,
     nothing_new,
+    on_engine,
     refuse_kind,
     result_from_report,
     summarize,
@@ -83,7 +84,7 @@ def _kind_refusals(args: argparse.Namespace, baselines: list[tuple[Path, Baselin
     for path, b in baselines:
         space, config = pinned_space(b.config, b.params, str(path))
         settings = space.engine_settings(config.engine)
-        why = refuse_kind(cand, settings, b.name)
+        why = refuse_kind(on_engine(cand, settings), settings, b.name)
         base_text = args.baseline_build or b.source.get("build")
         if why is None and base_text:
             why = refuse_kind(parse_build(base_text), settings, b.name, side="baseline build")
@@ -176,9 +177,11 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         err.print(f"[red]refused[/]: {too_long}")
         return Exit.USAGE
     if args.dry_run:
-        # The plan fits; say exactly what the candidate build would run (refs resolved), and stop.
-        for line in dry_run_commands(parse_build(args.candidate_build)):
-            print(line)
+        # The plan fits; say exactly what each baseline's candidate build would run (refs resolved), and stop.
+        for spec, names in _candidates(args, baselines).items():
+            print(f"# candidate for {', '.join(names)}: {spec}")
+            for line in dry_run_commands(parse_build(spec)):
+                print(line)
         return 0
     results = _measure_all(args, baselines, show)
     code, lines = summarize(results, allow)
@@ -191,10 +194,30 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return code
 
 
+def _candidates(args: argparse.Namespace, baselines: list[tuple[Path, Baseline]]) -> dict[str, list[str]]:
+    """{candidate spec: the baselines it serves}: one build for every baseline whose engine it can drive as
+    given, and for a Docker baseline a wheel or release becomes an overlay on that baseline's image."""
+    out: dict[str, list[str]] = {}
+    cand = parse_build(args.candidate_build)
+    for path, b in baselines:
+        space, config = pinned_space(b.config, b.params, str(path))
+        out.setdefault(on_engine(cand, space.engine_settings(config.engine)).text(), []).append(b.name)
+    return out
+
+
 def _measure_all(args: argparse.Namespace, baselines: list[tuple[Path, Baseline]], show: Any) -> list[Result]:
+    results: dict[str, Result] = {}
+    for spec, names in _candidates(args, baselines).items():
+        serving = [(p, b) for p, b in baselines if b.name in names]
+        results.update({r.baseline: r for r in _measure_with(args, spec, serving, show)})
+    return [results[b.name] for _, b in baselines]
+
+
+def _measure_with(args: argparse.Namespace, spec: str, baselines: list[tuple[Path, Baseline]],
+                  show: Any) -> list[Result]:
     names = [b.name for _, b in baselines]
     try:
-        candidate = ensure_build(parse_build(args.candidate_build), show)
+        candidate = ensure_build(parse_build(spec), show)
     except BuildNotFound as exc:
         return [Result(n, "no-candidate", f"no candidate to test: {exc}") for n in names]
     except (BuildError, ValueError) as exc:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.builds.builds import build_kwargs, describe, option_build, stamp
-from harness.engines import get_engine
+from harness.builds.builds import build_kwargs, describe, option_build, parse_build, stamp
+from harness.engines import EngineSettings, get_engine
 from harness.host.fingerprint import material_differences
 from harness.session import LaunchFailed
 from search.exit_codes import Exit
@@ -41,8 +41,10 @@ from search.regress.baseline import (
     workload_samples,
 )
 from search.regress.claims import hardware_here, judge_claim, parse_claim
+from search.regress.confounding import report_lines, side_image
 from search.regress.explain import explain_claim, subject_changes
 from search.regress.gate_report import GateReport
+from search.regress.nightly import on_engine
 from search.regress.sides import Side, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import write_json_atomic, write_text_atomic
@@ -145,14 +147,15 @@ def cmd_regress(args: argparse.Namespace) -> int:
         raise ValueError("name the candidate: --candidate-build, --candidate-python, --candidate-command, "
                          "--candidate-image, --candidate-env or --candidate-flag")
     settings = space.engine_settings(config.engine)
-    planned = plan_sides([Side("baseline", baseline.name, settings, side_spec(args.baseline_build)),
+    base_text, cand_text = on_engine_text(args.baseline_build, settings), on_engine_text(args.candidate_build, settings)
+    planned = plan_sides([Side("baseline", baseline.name, settings, side_spec(base_text)),
                           Side("candidate", baseline.name, settings,
-                               side_spec(args.candidate_build, args.candidate_python, args.candidate_image))],
+                               side_spec(cand_text, args.candidate_python, args.candidate_image))],
                          args.dry_run)
     if planned is not None:
         return planned
-    base_build = option_build(args.baseline_build, progress_printer(args.quiet))
-    cand_build = option_build(args.candidate_build, progress_printer(args.quiet))
+    base_build = option_build(base_text, progress_printer(args.quiet))
+    cand_build = option_build(cand_text, progress_printer(args.quiet))
     a = subject_from(space, config, f"baseline {baseline.name}", **build_kwargs(base_build))
     desc = (describe(cand_build) + ", " if cand_build else "") + ", ".join(
         f"{k}={v}" for k, v in (("python", args.candidate_python), ("command", args.candidate_command),
@@ -167,6 +170,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     report, run = _run_and_report(a, b, space, args, f"regress {baseline.name}", gated, min_effect)
     stamp(run.a.fingerprint, base_build)
     stamp(run.b.fingerprint, cand_build)
+    report.notes += report_lines(side_image(base_build, settings), side_image(cand_build, settings))
     here = material_differences(baseline.fingerprint, run.a.fingerprint) if run.a.fingerprint else []
     if here:
         report.notes.append("this host differs from where the baseline was recorded: " + "; ".join(here))
@@ -231,9 +235,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     src_b = resolve_source(args.b or args.a, parse_assignments(args.b_set, "--b-set"))
     side: dict[str, Any] = {}
     claims = [parse_claim(c) for c in args.claim or []]
+    texts = {key: on_engine_text(getattr(args, f"{key}_build"), src.space.engine_settings(src.config.engine))
+             for key, src in (("a", src_a), ("b", src_b))}
     planned = plan_sides([Side(key.upper(), f"{key.upper()} ({src.label})",
                                src.space.engine_settings(src.config.engine),
-                               side_spec(getattr(args, f"{key}_build"), getattr(args, f"{key}_python"),
+                               side_spec(texts[key], getattr(args, f"{key}_python"),
                                          getattr(args, f"{key}_image")), "config")
                           for key, src in (("a", src_a), ("b", src_b))], args.dry_run)
     if planned is not None:
@@ -252,7 +258,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             if missing and not args.build_anyway:
                 err.print("stopped before building or measuring B (pass --build-anyway to go on)")
                 return EXIT_INCONCLUSIVE
-        builds[key] = option_build(getattr(args, f"{key}_build"), progress_printer(args.quiet))
+        builds[key] = option_build(texts[key], progress_printer(args.quiet))
         side[key] = subject_from(src.space, src.config, f"{key.upper()}: {src.label}",
                                  **build_kwargs(builds[key], command=getattr(args, f"{key}_command"),
                                                 python=getattr(args, f"{key}_python"),
@@ -266,6 +272,8 @@ def cmd_ab(args: argparse.Namespace) -> int:
     report, run = _run_and_report(side["a"], side["b"], src_a.space, args, "ab", gated, args.min_effect)
     stamp(run.a.fingerprint, builds["a"])
     stamp(run.b.fingerprint, builds["b"])
+    report.notes += report_lines(side_image(builds["a"], side["a"].settings),
+                                 side_image(builds["b"], side["b"].settings))
     by_metric = {v.metric: v for v in report.verdicts}
     # A side that did not start leaves nothing to judge a claim on: the report says it failed.
     for c in claims if not report.failed_sides else []:
@@ -281,6 +289,12 @@ def cmd_ab(args: argparse.Namespace) -> int:
                 report.notes.append(why)
     # The claims set the exit code (GateReport.exit_code), and the headline says so.
     return _finish(report, run, args, {"a": args.a, "b": args.b or args.a})
+
+
+def on_engine_text(text: str | None, settings: EngineSettings) -> str | None:
+    """A --*-build spec as it can drive the side's engine: a pip build for a Docker engine is an overlay on
+    the engine's own image (search.regress.nightly.on_engine); None stays None."""
+    return on_engine(parse_build(text), settings).text() if text else None
 
 
 def _pr_files(args: argparse.Namespace) -> list[str]:

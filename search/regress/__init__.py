@@ -2,6 +2,6 @@
 history and the nightly."""
 
 __all__ = [
-    "ab", "baseline", "bisect", "claims", "explain", "gate_report", "history", "kernel_path", "log_diff",
-    "nightly", "nightly_plan", "prereq", "sides",
+    "ab", "baseline", "bisect", "claims", "confounding", "explain", "gate_report", "history", "kernel_path",
+    "log_diff", "nightly", "nightly_plan", "prereq", "sides",
 ]

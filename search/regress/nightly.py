@@ -27,7 +27,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.builds.builds import BuildSpec
+from harness.builds.builds import BuildSpec, parse_build
 from harness.engines import EngineSettings
 from search.exit_codes import Exit
 
@@ -280,6 +280,15 @@ _KIND_FIXES = {
 }
 
 
+def on_engine(spec: BuildSpec, settings: EngineSettings) -> BuildSpec:
+    """The build as it can drive this engine: a pip build (a wheel, a release, a PR) for an engine that
+    runs in Docker becomes an overlay on the engine's own image ("my image on tonight's wheel"), so that
+    the two sides differ by the wheel alone; anything else as given."""
+    if spec.kind == "pip" and settings.launcher == "docker" and settings.image:
+        return parse_build(f"overlay:{settings.image} -- {spec.value}", spec.label, spec.env, spec.flags)
+    return spec
+
+
 def refuse_kind(spec: BuildSpec, settings: EngineSettings, baseline: str, side: str = "candidate",
                 what: str = "baseline") -> str | None:
     """A sentence when a build of this kind cannot drive the engine of a baseline (or, what="config", of
@@ -287,10 +296,16 @@ def refuse_kind(spec: BuildSpec, settings: EngineSettings, baseline: str, side: 
     docker = settings.launcher == "docker"
     runs_python = bool(settings.python) and settings.command[:1] == (settings.python,)
     fix_process, fix_python, fix_docker = _KIND_FIXES[what]
-    if spec.kind in ("pip", "python") and docker:
-        return (f"{baseline}: the {what} runs in Docker (image {settings.image}); a {spec.kind} {side} "
-                f"({spec.value}) cannot drive it. Test an image instead (image:vllm/vllm-openai:nightly, or a "
-                f"per-commit image: vllm-image:COMMIT), or {fix_process}")
+    if spec.kind == "pip" and docker:  # on_engine makes it an overlay wherever the engine names its image
+        return (f"{baseline}: the {what} runs in Docker but names no image to install the pip {side} "
+                f"({spec.value}) into; give its `image:`, or {fix_process}")
+    if spec.kind == "python" and docker:
+        return (f"{baseline}: the {what} runs in Docker (image {settings.image}); a python {side} "
+                f"({spec.value}) cannot drive it. Give a wheel or release instead (it is installed into "
+                f"{settings.image} as an overlay), an image, or {fix_process}")
+    if spec.kind == "overlay" and not docker:
+        return (f"{baseline}: the {what} runs as a local process ({shlex.join(settings.command[:2])} ...); an "
+                f"overlay {side} ({spec.value}) {fix_docker}")
     if spec.kind in ("pip", "python") and not runs_python:
         return (f"{baseline}: the engine command {shlex.join(settings.command)!r} does not start with a python "
                 f"interpreter, so a {spec.kind} {side} ({spec.value}) has nothing to replace; give the whole "

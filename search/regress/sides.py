@@ -21,6 +21,7 @@ from search.regress.baseline import (
     pinned_space,
     raw_space_doc,
 )
+from search.regress.confounding import confounded, origin
 from search.regress.nightly import refuse_kind
 from search.space.space import Config, Space, load_space
 from search.terminal import err
@@ -89,6 +90,12 @@ def plan_sides(sides: list[Side], dry_run: bool) -> int | None:
         err.print(f"[red]refused[/]: {why}")
     if refusals:
         return Exit.USAGE
+    if len(sides) == 2:
+        warning = confounded(origin(sides[0].spec, sides[0].settings), origin(sides[1].spec, sides[1].settings))
+        if warning:
+            err.print(f"[yellow]warning[/]: {warning}")
+            if dry_run:
+                print(f"# {warning}")
     if not dry_run:
         return None
     for s in sides:

