@@ -15,7 +15,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export FLAGSEARCH_HOME ?= $(HOME)/.cache/flagsearch
 
-.PHONY: setup tool engines demo test test-fast lint clean-results
+.PHONY: setup tool engines image demo test test-fast lint clean-results
 
 $(BIN)/search: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python 3.11 or 3.12 found: install one, or pass PYTHON=/path/to/python"; exit 1; }
@@ -33,6 +33,12 @@ engines:
 	bash scripts/setup_chromium.sh
 
 setup: tool engines
+
+# The vLLM-CPU image of spaces/smollm2-cpu-docker.yaml, built here from a local Debian base (no registry);
+# needs root for debootstrap and starts the private dockerd (scripts/dockerd.sh). `make test` does it too.
+image: tool
+	bash scripts/dockerd.sh start
+	DOCKER_HOST="unix://$(FLAGSEARCH_HOME)/docker/docker.sock" bash scripts/setup_vllm_image.sh 0.32.0
 
 demo: setup
 	$(BIN)/search run spaces/smollm2-cpu.yaml --study demo-$$(date +%Y%m%d-%H%M%S)

