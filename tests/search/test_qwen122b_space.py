@@ -224,3 +224,19 @@ def test_container_options_on_a_process_engine_or_a_bad_ulimit_are_load_errors()
     doc["engines"]["atlas"]["mem_limit"] = "1g"
     with pytest.raises(SpaceError, match="options of a container; set launcher: docker"):
         parse_space(doc, "bad.yaml")
+
+
+def test_kv_sequences_of_the_documented_setup_come_from_vllms_concurrency_line() -> None:
+    """The trial's kv metrics at the space's kv_context_tokens, from the documented startup log: 12
+    sequences of 131,072 (vLLM's 12.89x), not the 4 its one-group token figure (595,584) gives."""
+    from harness.engines import get_engine
+    from harness.session import Measurement
+    from search.study.scoring import kv_metrics
+
+    log = (QWEN.parents[1] / "tests" / "data" / "vllm_gpu_documented.log").read_text()
+    measured = Measurement(command="", env={}, log_path="", ready_s=0.0, reused_server=False,
+                           startup=get_engine("vllm").parse_startup(log), fingerprint={}, dialect="vllm")
+    context = load_space(QWEN).m.measure.kv_context_tokens
+    assert context == 131072
+    assert kv_metrics(measured, context) == {"kv.cache_tokens": 595584.0, "kv.max_sequences": 12.89,
+                                             "kv.sequences": 12.0}
