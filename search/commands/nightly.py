@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,7 @@ err = make_console(stderr=True)  # messages never folded (search.terminal)
 __all__ = ["Estimate", "cmd_nightly", "estimate", "promote", "refuse_plan", "register"]
 
 
-def _no_baseline(args: argparse.Namespace, host: dict[str, Any], skipped: list[str]) -> int:
-    for line in skipped:
-        err.print(f"  skip {line}")
+def _no_baseline(args: argparse.Namespace, host: dict[str, Any]) -> int:
     where = f"{host.get('cpu_model')} x{host.get('cpu_count')}" + (f", {host['gpu_count']}x {host['gpu_name']}"
                                                                    if host.get("gpu_name") else "")
     msg = (f"no baseline in {args.baselines}/ matches this host ({where})"
@@ -72,9 +71,21 @@ def _no_baseline(args: argparse.Namespace, host: dict[str, Any], skipped: list[s
            " (or promote one from a passing run), or pass --allow-no-baseline if that is expected")
     if args.allow_no_baseline:
         err.print(f"[yellow]warning[/]: {msg}")
-        return 0
+        return _summary(args, 0, [], msg)
     err.print(f"[red]FAILURE[/]: {msg}")
-    return Exit.USAGE
+    return _summary(args, Exit.USAGE, [], msg)
+
+
+def _summary(args: argparse.Namespace, code: int, results: list[Result], error: str | None = None) -> int:
+    """OUT/nightly.json, written however the night ended (the workflow's later steps read it); `code`."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data: dict[str, Any] = {"exit_code": int(code), "candidate": args.candidate_build,
+                            "allowed": sorted(set(args.allow or [])), "results": [r.to_dict() for r in results]}
+    if error:
+        data["error"] = error
+    write_json_atomic(out / "nightly.json", data)
+    return code
 
 
 def _kind_refusals(args: argparse.Namespace, baselines: list[tuple[Path, Baseline]]) -> list[str]:
@@ -151,22 +162,29 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     if args.require_gpu and (problem := gpu_problem(host)):
         err.print(f"[red]FAILURE[/]: {problem}")
         return Exit.FAILED
-    keep, skipped = matching_baselines(Path(args.baselines), host)
+    keep, skipped, unreadable = matching_baselines(Path(args.baselines), host)
     if args.only:
         keep = [p for p in keep if p.stem in set(args.only)]
-    if not keep:
-        return _no_baseline(args, host, skipped)
+        unreadable = [(p, why) for p, why in unreadable if p.stem in set(args.only)]
+    for line in skipped:  # said every night, not only when nothing matches
+        err.print(f"  skip {line}")
+    # A damaged or newer-format baseline is a failure of its own, beside the ones measured.
+    broken = [Result(p.stem, "unreadable", f"unreadable baseline: {why}") for p, why in unreadable]
+    for r in broken:
+        err.print(f"[red]unreadable[/]: {r.detail}")
+    if not keep and not broken:
+        return _no_baseline(args, host)
     baselines = [(p, load_baseline(p)) for p in keep]
     refusals = _kind_refusals(args, baselines)
     for why in refusals:
         err.print(f"[red]refused[/]: {why}")
     if refusals:
-        return Exit.USAGE
+        return _summary(args, Exit.USAGE, broken, "; ".join(refusals))
     try:
         estimates = [estimate(b, args.rounds, args.keep_servers, args.workload) for _, b in baselines]
     except ValueError as exc:
         err.print(f"[red]refused[/]: {exc}")
-        return Exit.USAGE
+        return _summary(args, Exit.USAGE, broken, str(exc))
     for e in estimates:
         show(f"plan {e.baseline}: at most {e.rounds} rounds x 2 sides x ({e.start_s:.0f} s start + "
              f"{e.measure_s:.0f} s measure) = {e.total_s / 60:.1f} min ({e.how})")
@@ -175,7 +193,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     too_long = refuse_plan(estimates, args.job_limit_min * 60, build_s, args.rounds)
     if too_long:
         err.print(f"[red]refused[/]: {too_long}")
-        return Exit.USAGE
+        return _summary(args, Exit.USAGE, broken, too_long)
     if args.dry_run:
         # The plan fits; say exactly what each baseline's candidate build would run (refs resolved), and stop.
         for spec, names in _candidates(args, baselines).items():
@@ -183,15 +201,19 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             for line in dry_run_commands(parse_build(spec)):
                 print(line)
         return 0
-    results = _measure_all(args, baselines, show)
+    try:
+        results = broken + (_measure_all(args, baselines, show) if baselines else [])
+    except Exception as exc:  # a bug is an error of the night, never "a baseline regressed" (Python's exit 1)
+        err.print(traceback.format_exc().rstrip())
+        results = broken + [Result(b.name, "error", _internal(exc)) for _, b in baselines]
     code, lines = summarize(results, allow)
     for line in lines:
         err.print(line)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "nightly.json", {"exit_code": code, "candidate": args.candidate_build,
-                                             "allowed": sorted(allow), "results": [r.to_dict() for r in results]})
-    return code
+    return _summary(args, code, results)
+
+
+def _internal(exc: Exception) -> str:
+    return f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())[:300]} (traceback in the log)"
 
 
 def _candidates(args: argparse.Namespace, baselines: list[tuple[Path, Baseline]]) -> dict[str, list[str]]:
@@ -231,7 +253,14 @@ def _measure_with(args: argparse.Namespace, spec: str, baselines: list[tuple[Pat
             return [Result(n, "build-failed", problem) for n in names]
         if problem:
             show(problem)
-    return [_one_baseline(args, path, b, candidate, show) for path, b in baselines]
+    results = []
+    for path, b in baselines:
+        try:
+            results.append(_one_baseline(args, path, b, candidate, show))
+        except Exception as exc:  # one baseline's bug costs its night, said as an error; the others still run
+            err.print(traceback.format_exc().rstrip())
+            results.append(Result(b.name, "error", _internal(exc)))
+    return results
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

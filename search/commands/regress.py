@@ -49,7 +49,7 @@ from search.regress.sides import Side, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import write_json_atomic, write_text_atomic
 from search.study.scoring import measure_settings
-from search.terminal import make_console, progress_printer
+from search.terminal import make_console, progress_printer, safe
 from search.verdicts.boundaries import BOUNDARY_KINDS
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT, EXIT_INCONCLUSIVE, compare
 
@@ -127,12 +127,14 @@ def cmd_baseline_list(args: argparse.Namespace) -> int:
         for path in sorted(directory.glob("*.json")):
             print(path)
         return 0
-    keep, skipped = matching_baselines(directory, host_fingerprint())
+    keep, skipped, unreadable = matching_baselines(directory, host_fingerprint())
     for line in skipped:
         err.print(f"[dim]skip[/] {line}")
+    for _path, why in unreadable:
+        err.print(f"[red]unreadable[/] {safe(why)}")
     for path in keep:
         print(path)
-    return 0
+    return Exit.USAGE if unreadable else 0
 
 
 # ---- regress ------------------------------------------------------------------------------------

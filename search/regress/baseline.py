@@ -315,14 +315,16 @@ def baseline_from_study(results_dir: Path, name: str, trial: int | None = None,
 HOST_MATCH = ("cpu_model", "cpu_count", "gpu_name", "gpu_compute_capability", "gpu_count")
 
 
-def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path], list[str]]:
-    """Baselines recorded on hardware like this host's, and why each other one was left out."""
-    keep, skipped = [], []
+def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path], list[str], list[tuple[Path, str]]]:
+    """Baselines recorded on hardware like this host's, why each other one was left out, and the
+    files that could not be read (damaged, or written by a newer flagsearch): those are failures,
+    never a skip, or a nightly would pass naming only the good ones."""
+    keep, skipped, unreadable = [], [], []
     for path in sorted(directory.glob("*.json")):
         try:
             baseline = load_baseline(path)
         except (ResultsError, ValueError) as exc:
-            skipped.append(f"{path}: unreadable: {exc}")
+            unreadable.append((path, " ".join(str(exc).split())))
             continue
         diff = [f"{k}: {baseline.fingerprint.get(k)!r} != {host.get(k)!r}" for k in HOST_MATCH
                 if baseline.fingerprint.get(k) != host.get(k)]
@@ -330,4 +332,4 @@ def matching_baselines(directory: Path, host: dict[str, Any]) -> tuple[list[Path
             skipped.append(f"{path}: other hardware ({'; '.join(diff)})")
         else:
             keep.append(path)
-    return keep, skipped
+    return keep, skipped, unreadable

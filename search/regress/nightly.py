@@ -9,10 +9,13 @@ user allows that outcome by name (`--allow nothing-new`):
 - drift (exit 0): a pass, but a gated metric is significantly worse within the threshold, or the B/A
   ratios multiplied along the promotion chain are worse than the threshold: reported, not promoted.
 - regression (1): a gated metric (or the quality score) regressed.
-- start-failed (2): either side's server did not start (the report names the side and the log line).
-- build-failed (2): either side's build (pip, git, image) failed, or it is not the build the job
+- start-failed (7): either side's server did not start (the report names the side and the log line).
+- build-failed (7): either side's build (pip, git, image) failed, or it is not the build the job
   needs (no CUDA torch).
-- error (2): the comparison failed otherwise, or nothing was measured.
+- error (7): the comparison failed otherwise (an unexpected exception included), or nothing was
+  measured.
+- unreadable (2): a baseline file in the folder could not be read (damaged, or written by a newer
+  flagsearch): a failure, never a skip (a baseline of other hardware is a skip, and said).
 - inconclusive (3): still unsettled at the plan's cap of rounds: never promoted.
 - nothing-new (4): the candidate is exactly the baseline's own build, or the build that passed last
   night (same digest, wheel, commit, binary).
@@ -31,17 +34,18 @@ from harness.builds.builds import BuildSpec, parse_build
 from harness.engines import EngineSettings
 from search.exit_codes import Exit
 
-OUTCOMES = ("pass", "drift", "regression", "start-failed", "build-failed", "error", "inconclusive", "nothing-new",
-            "no-candidate")
+OUTCOMES = ("pass", "drift", "regression", "start-failed", "build-failed", "error", "unreadable", "inconclusive",
+            "nothing-new", "no-candidate")
 # Each outcome's code in the one table of every command (search/exit_codes.py).
 EXIT_CODES = {"pass": Exit.PASS, "drift": Exit.PASS, "regression": Exit.REGRESSION, "start-failed": Exit.FAILED,
-              "build-failed": Exit.FAILED, "error": Exit.FAILED, "inconclusive": Exit.INCONCLUSIVE,
+              "build-failed": Exit.FAILED, "error": Exit.FAILED, "unreadable": Exit.USAGE,
+              "inconclusive": Exit.INCONCLUSIVE,
               "nothing-new": Exit.NOTHING_NEW, "no-candidate": Exit.NO_CANDIDATE}
 # Outcomes a user may accept by name (--allow): never a regression, and pass/drift need no permission.
 ALLOWABLE = ("start-failed", "build-failed", "error", "inconclusive", "nothing-new", "no-candidate")
 # The job's exit code is that of the most severe outcome left after --allow, in this order.
-SEVERITY = ("regression", "start-failed", "build-failed", "error", "inconclusive", "no-candidate", "nothing-new",
-            "drift", "pass")
+SEVERITY = ("regression", "unreadable", "start-failed", "build-failed", "error", "inconclusive", "no-candidate",
+            "nothing-new", "drift", "pass")
 
 
 @dataclass

@@ -91,3 +91,22 @@ def test_history_command_prints_flags_a_drift_and_exports(tmp_path: Path, capsys
     assert main(["history", "nightly-x", "--dir", str(tmp_path), "--json", "--last", "5"]) == 1
     shown = json.loads(capsys.readouterr().out)  # one JSON object: the drift verdicts and the last rows
     assert len(shown["rows"]) == 5 and any(d["flagged"] and d["change_points"] == [8] for d in shown["drifts"])
+
+
+def test_a_damaged_history_is_an_error_naming_the_file_not_no_history(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """"No history yet" (6, a first night) and a damaged or newer-format file (2, one line naming the
+    file and line) are told apart: the nightly workflow passes the first and fails the second."""
+    from search.cli import main
+
+    assert main(["history", "first-night", "--dir", str(tmp_path)]) == 6
+    history.append(history.rows_from_report(report(100.0, 1.0), "x", "nightly", "c"), "x", tmp_path)
+    path = history.history_path("x", tmp_path)
+    path.write_text(path.read_text() + '{"format": "flagsearch-history/1", "time": \n')
+    capsys.readouterr()
+    assert main(["history", "x", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{path}:2" in " ".join(err.split()) and "Traceback" not in err, err
+    path.write_text('{"format": "flagsearch-history/99", "time": "t"}\n')
+    assert main(["history", "x", "--dir", str(tmp_path)]) == 2
+    assert "newer" in capsys.readouterr().err

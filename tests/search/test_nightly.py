@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from harness.builds.builds import parse_build
 from harness.engines import EngineSettings
 from harness.host.fingerprint import host_fingerprint
 from search.cli import main
-from search.regress.baseline import load_baseline, only_workloads, workload_samples
+from search.regress import history
+from search.regress.baseline import HOST_MATCH, load_baseline, only_workloads, workload_samples
 from search.regress.gate_report import GateReport
 from search.regress.nightly import (
     EXIT_CODES,
@@ -71,7 +73,7 @@ def test_a_plan_over_the_job_limit_is_refused_with_what_to_change(tmp_path: Path
                  str(tmp_path / "b"), "--rounds", "40", "--job-limit-min", "30", "--out", str(tmp_path / "r")])
     said = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "refused" in said and "job limit" in said and "--rounds" in said, said
-    assert not (tmp_path / "r").exists()  # nothing was built or measured
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["nightly.json"]  # nothing was built or measured
 
 
 def test_estimate_uses_recorded_start_and_measure_times() -> None:
@@ -194,9 +196,10 @@ def test_every_outcome_from_a_report_and_its_exit_code() -> None:
     results["nothing-new"] = Result("x", "nothing-new", "no new build since the last nightly")
     results["no-candidate"] = Result("x", "no-candidate", "image x:nightly: not found")
     results["build-failed"] = Result("x", "build-failed", "pip said no")
+    results["unreadable"] = Result("x", "unreadable", "unreadable baseline: b/x.json: not JSON")
     assert set(results) == set(OUTCOMES)
     expected = {"pass": 0, "drift": 0, "regression": 1, "start-failed": 7, "build-failed": 7, "error": 7,
-                "inconclusive": 3, "nothing-new": 4, "no-candidate": 5}
+                "unreadable": 2, "inconclusive": 3, "nothing-new": 4, "no-candidate": 5}
     for outcome, result in results.items():
         code, lines = summarize([result])
         assert code == expected[outcome], outcome
@@ -440,3 +443,148 @@ def test_a_promotion_chain_of_no_change_is_rarely_called_drifted() -> None:
     assert chains_by_points > 0.5, chains_by_points
     _, found = called(math.log(0.99), with_variance=True)
     assert found > 0.5, found
+
+
+def test_an_unreadable_or_future_baseline_fails_the_night_beside_the_good_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """One good baseline and two damaged ones (not JSON; a newer flagsearch's format): the night is a
+    failure naming both files, not a pass naming only the good one; other hardware stays a skip, said."""
+    from search.commands import nightly as nightly_cmd
+
+    host = host_fingerprint()
+    good = copy_baseline(tmp_path / "b", **{k: host.get(k) for k in HOST_MATCH})
+    (tmp_path / "b" / "damaged.json").write_text('{"format": "flagsearch-baseline/1", "name": ')
+    future = json.loads(good.read_text())
+    future["format"] = "flagsearch-baseline/99"
+    (tmp_path / "b" / "future.json").write_text(json.dumps(future))
+    copy_baseline(tmp_path / "other", cpu_model="Some Other CPU")
+    (tmp_path / "other" / COMMITTED.name).rename(tmp_path / "b" / "elsewhere.json")
+    measured = []
+
+    def one(args: object, path: Path, baseline: object, candidate: object, show: object) -> Result:
+        measured.append(path.name)
+        return Result(path.stem, "pass", "passed: stub")
+
+    monkeypatch.setattr(nightly_cmd, "_one_baseline", one)
+    code = main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r"), "--quiet"])
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert measured == [good.name]  # the good one is still measured
+    assert "damaged.json" in said and "future.json" in said and "elsewhere.json: other hardware" in said
+    night = json.loads((tmp_path / "r" / "nightly.json").read_text())
+    outcomes = {r["baseline"]: r["outcome"] for r in night["results"]}
+    assert outcomes == {"damaged": "unreadable", "future": "unreadable", good.stem: "pass"}
+    assert night["exit_code"] == 2
+    assert "newer" in next(r["detail"] for r in night["results"] if r["baseline"] == "future")
+    # --allow-no-baseline never hides a damaged file.
+    for name in (good.name, "elsewhere.json"):
+        (tmp_path / "b" / name).unlink()
+    assert main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r2"), "--allow-no-baseline", "--quiet"]) == 2
+
+
+def test_an_unexpected_exception_is_an_error_of_the_night_with_nightly_json_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug while measuring one baseline: outcome "error" (exit 7), never Python's exit 1, which the
+    workflow reads as "a baseline regressed"; nightly.json is still written."""
+    from search.commands import nightly as nightly_cmd
+
+    host = host_fingerprint()
+    good = copy_baseline(tmp_path / "b", **{k: host.get(k) for k in HOST_MATCH})
+
+    def broken(*_: object) -> Result:
+        raise KeyError("median_b")
+
+    monkeypatch.setattr(nightly_cmd, "_one_baseline", broken)
+    code = main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "r"), "--quiet"])
+    said = capsys.readouterr().err
+    assert code == 7, said
+    night = json.loads((tmp_path / "r" / "nightly.json").read_text())
+    assert night["exit_code"] == 7 and night["results"][0]["outcome"] == "error"
+    assert "internal error: KeyError" in night["results"][0]["detail"] and good.stem == night["results"][0]["baseline"]
+    assert f"{good.stem}: ERROR: internal error: KeyError" in " ".join(said.split())
+
+
+
+def workflow_step(work: Path, name: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """One step of .github/workflows/nightly-regression.yml run with bash in `work`, as the runner would."""
+    import yaml
+
+    steps = yaml.safe_load((REPO / ".github" / "workflows" / "nightly-regression.yml").read_text())["jobs"]["regress"]
+    script = next(s["run"] for s in steps["steps"] if s.get("name") == name)
+    assert "${{" not in script  # every input through env: this is the script the runner runs
+    full = {**{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}, "ROUNDS": "3", "JOB_LIMIT_MIN": "30",
+            "CPU_ONLY": "true", "ALLOW": "", "ALLOW_NO_BASELINE": "false", "NIGHTLY_ARGS": "--quiet",
+            "GITHUB_STEP_SUMMARY": str(work / "summary.md"), **env}
+    return subprocess.run(["bash", "-c", script], cwd=work, env=full, capture_output=True, text=True, timeout=300)
+
+
+REGRESS_STEP = "Regress every matching baseline"
+DRIFT_STEP = "Drift over each baseline's history (change points)"
+COMMENT_STEP = "Comment on the pull request"
+
+
+def test_the_workflow_goes_red_on_a_damaged_baseline_history_or_listing(tmp_path: Path) -> None:
+    """The workflow's own step scripts, run locally: a damaged baseline fails the nightly step (exit 2, an
+    ::error:: line); a damaged history fails the drift step (where "no history yet" passes); so does a
+    nightly.json the listing cannot read, and a missing one (the listing used to run zero times and pass)."""
+    work = tmp_path / "checkout"
+    (work / "baselines").mkdir(parents=True)
+    (work / ".venv").symlink_to(REPO / ".venv")
+    (work / "baselines" / "damaged.json").write_text('{"name": "damaged", "gate": ')
+    history_dir = tmp_path / "history"
+    env = {"CANDIDATE": "command:/bin/true", "FLAGSEARCH_HISTORY": str(history_dir)}
+    night = workflow_step(work, REGRESS_STEP, **env)
+    said = night.stdout + night.stderr
+    assert night.returncode == 2 and "::error::usage or configuration error" in said and "damaged.json" in said, said
+    results = json.loads((work / "reports" / "nightly.json").read_text())["results"]
+    assert [(r["baseline"], r["outcome"]) for r in results] == [("damaged", "unreadable")]
+
+    drift = workflow_step(work, DRIFT_STEP, **env)
+    assert drift.returncode == 0 and "damaged: no history yet" in drift.stdout, drift.stdout + drift.stderr
+    history_dir.mkdir()
+    history.history_path("damaged", history_dir).write_text('{"format": "flagsearch-history/1", "time": \n')
+    drift = workflow_step(work, DRIFT_STEP, **env)
+    assert drift.returncode == 2 and "::error::damaged: its history could not be read" in drift.stdout, drift.stdout
+
+    (work / "reports" / "nightly.json").write_text('{"results": [')
+    drift = workflow_step(work, DRIFT_STEP, **env)
+    assert drift.returncode == 2 and "::error::reports/nightly.json cannot be read" in drift.stdout, drift.stdout
+    (work / "reports" / "nightly.json").unlink()
+    drift = workflow_step(work, DRIFT_STEP, **env)
+    assert drift.returncode == 2 and "::error::no reports/nightly.json" in drift.stdout, drift.stdout
+
+
+def test_the_pull_request_comment_step_posts_the_outcomes_and_reports(tmp_path: Path) -> None:
+    """The comment step's script with a stand-in `gh` on PATH (no GitHub here) that keeps what it was
+    given: the outcome lines and each report, cut under GitHub's size limit; no pull request, no call."""
+    import yaml
+
+    work = tmp_path / "checkout"
+    (work / "reports" / "qwen").mkdir(parents=True)
+    (work / "reports" / "nightly.log").write_text("plan qwen: ...\n"
+                                                  "qwen: REGRESSION: regressed: w.output_tok_s -12.0%\n")
+    (work / "reports" / "qwen" / "report.md").write_text("## regress qwen\n\n| metric | change |\n" + "x" * 70000)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gh = bin_dir / "gh"
+    gh.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$GH_CALLS"\ncp "$5" "$GH_CALLS.body"\n')
+    gh.chmod(0o755)
+    calls = tmp_path / "gh-calls"
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GH_CALLS": str(calls),
+           "CANDIDATE": "image:vllm/vllm-openai:nightly"}
+    done = workflow_step(work, COMMENT_STEP, PR_NUMBER="42", **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls.read_text().split() == ["pr", "comment", "42", "--body-file", "reports/pr-comment.md"]
+    body = (tmp_path / "gh-calls.body").read_text()
+    assert body.startswith("### flagsearch nightly: image:vllm/vllm-openai:nightly")
+    assert "- qwen: REGRESSION: regressed: w.output_tok_s -12.0%" in body and "## regress qwen" in body
+    assert len(body) < 60200 and "cut at 60000 characters" in body
+    calls.unlink()
+    skipped = workflow_step(work, COMMENT_STEP, PR_NUMBER="", **env)
+    assert skipped.returncode == 0 and not calls.exists()  # not a run for a pull request: no call
+    steps = yaml.safe_load((REPO / ".github" / "workflows" / "nightly-regression.yml").read_text())["jobs"]["regress"]
+    step = next(s for s in steps["steps"] if s.get("name") == COMMENT_STEP)
+    assert step["if"] == "always() && inputs.comment_pr != ''" and steps["permissions"]["pull-requests"] == "write"
