@@ -19,7 +19,7 @@ from harness.engines import Engine, EngineSettings, FailureCause, ModelChoice, S
 from harness.failure import Cause, Failure, TrialFailed
 from harness.host.fingerprint import fingerprint
 from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wait_ready
-from harness.launch.base import Server
+from harness.launch.base import DAEMON_LOST, OOM_KILLED, Server, exit_text, killed_for_memory
 from harness.measure.client import served_model_id, tls_context
 from harness.measure.measure import WorkloadMeasurement, measure_workload
 from harness.measure.roofline import Roofline
@@ -87,10 +87,14 @@ class RunningConfig:
         return read_text(self.server.log_path)
 
     def crash_cause(self) -> tuple[str, str]:
-        """(cause, deciding line) after the server died while in use."""
+        """(cause, deciding line) after the server died while in use: the engine's own line, else a
+        kill for memory (the OOM killer leaves nothing in the engine's log), else how it exited."""
         found = self.engine.classify_failure(self.log_text())
-        return "crashed_after_ready", (found.line if found else f"server exited with status "
-                                       f"{self.server.returncode()}")
+        if found:
+            return "crashed_after_ready", found.line
+        if memory := killed_for_memory(self.server):
+            return OOM_KILLED, f"{exit_text(self.server)}: {memory}"
+        return "crashed_after_ready", exit_text(self.server)
 
     def stop(self) -> None:
         self.server.stop()
@@ -131,8 +135,11 @@ def _start_config(settings: EngineSettings, model: ModelChoice, flags: Mapping[s
         ready_s = wait_ready(server, engine.ready_path, spec.ready_timeout_s,
                              progress=None if progress is _quiet else progress)  # a heartbeat
     except StartupError as exc:
+        memory = killed_for_memory(server) if exc.cause == Cause.EXITED else None
         server.stop()
         found = classify_startup(engine, exc, read_text(log_path))
+        if memory and found.cause == Cause.EXITED:  # nothing in its log: the OOM killer's doing
+            found = FailureCause(OOM_KILLED, f"{exc.detail}: {memory}")
         exc_out = LaunchFailed(found.cause, found.line, log_tail(log_path), command, flag=found.flag,
                                value=found.value, log_path=str(log_path))
         if found.flag:
@@ -263,10 +270,10 @@ class ServerPool:
 
     def acquire(self, request: RunRequest) -> tuple[RunningConfig, bool]:
         """(a ready server for the request, whether it was reused); raises LaunchFailed."""
-        if (not request.fresh and self._running is not None and self._key == request.launch_key
-                and self._running.alive()):
+        kept = self._running
+        if not request.fresh and kept is not None and self._key == request.launch_key and _alive(kept):
             self.reuses += 1
-            return self._running, True
+            return kept, True
         self.release()
         for attempt in range(1, PORT_ATTEMPTS + 1):
             self.starts += 1
@@ -355,22 +362,31 @@ class Session:
                              dialect=running.engine.dialect, base_url=running.base_url)
         try:
             result.workloads = self._measure(running, workloads, measure, roofline, result)
-            if quality is not None and running.alive():
-                self.progress(f"checking quality ({getattr(quality.spec, 'suite', None) or 'reference agreement'})")
-                result.quality = asyncio.run(_assess(running, quality))
-                if result.quality.fatal:  # garbage never wins, whatever its speed
-                    raise TrialFailed(Failure(Cause.DEGENERATE_OUTPUT, result.quality.fatal), result.command,
-                                      result.log_path, result)
-            broken = any(k in CONNECTION_ERRORS for wm in result.workloads.values() for k in wm.errors_by_kind)
-            if not running.alive() or (broken and _exits_within(running, EXIT_SEEN_S)):
-                cause, detail = running.crash_cause()
+            self._check(running, quality, result)
+        except TrialFailed as exc:
+            if exc.failure.cause == DAEMON_LOST:  # nothing to reuse: the daemon no longer answers for it
                 self.pool.release()
-                raise TrialFailed(Failure(cause, detail, log_tail(running.server.log_path)), result.command,
-                                  result.log_path, result)
+            exc.partial = exc.partial or result
+            raise
         finally:
             if not self.keep_server:
                 self.pool.release()
         return result
+
+    def _check(self, running: RunningConfig, quality: QualityPlan | None, result: Measurement) -> None:
+        """Quality, then whether the server lived through the measurement; raises TrialFailed."""
+        if quality is not None and running.alive():
+            self.progress(f"checking quality ({getattr(quality.spec, 'suite', None) or 'reference agreement'})")
+            result.quality = asyncio.run(_assess(running, quality))
+            if result.quality.fatal:  # garbage never wins, whatever its speed
+                raise TrialFailed(Failure(Cause.DEGENERATE_OUTPUT, result.quality.fatal), result.command,
+                                  result.log_path, result)
+        broken = any(k in CONNECTION_ERRORS for wm in result.workloads.values() for k in wm.errors_by_kind)
+        if not running.alive() or (broken and _exits_within(running, EXIT_SEEN_S)):
+            cause, detail = running.crash_cause()
+            self.pool.release()
+            raise TrialFailed(Failure(cause, detail, log_tail(running.server.log_path)), result.command,
+                              result.log_path, result)
 
     def _measure(self, running: RunningConfig, workloads: list[WorkloadSpec], measure: MeasureSettings,
                  roofline: Roofline | None, result: Measurement) -> dict[str, WorkloadMeasurement]:
@@ -383,6 +399,15 @@ class Session:
                 raise TrialFailed(Failure(Cause.UNRESPONSIVE, f"the server stopped answering ({type(exc).__name__})",
                                           tail), result.command, result.log_path, result) from None
             return {}  # it died: the caller sees a dead server and records the crash
+
+
+def _alive(running: RunningConfig) -> bool:
+    """Whether a kept server can be reused; not when its launcher lost track of it (the Docker daemon
+    stopped answering): then it is released and the next start says why."""
+    try:
+        return running.alive()
+    except TrialFailed:
+        return False
 
 
 def _exits_within(running: RunningConfig, seconds: float) -> bool:

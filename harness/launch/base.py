@@ -40,6 +40,38 @@ class Server(Protocol):
         """Host PIDs that belong to this server (for leak checks)."""
 
 
+OOM_KILLED = "oom"  # the cause of a server the kernel's or Docker's OOM killer stopped (the engines' oom class)
+DAEMON_LOST = "docker_daemon_lost"  # the Docker daemon stopped answering mid-run
+
+
+def oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills since boot (/proc/vmstat `oom_kill`, Linux 4.13 and later);
+    None where it cannot be read."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def killed_for_memory(server: Server) -> str | None:
+    """Why the server was killed for memory, as the launcher can tell (Docker's OOMKilled; a process
+    SIGKILLed while the kernel's OOM kill count rose), or None: not killed, or not for memory."""
+    tell = getattr(server, "killed_for_memory", None)
+    return tell() if callable(tell) else None
+
+
+def exit_text(server: Server) -> str:
+    """How the server ended, in words: the launcher's exit reason where it has one."""
+    reason = getattr(server, "exit_reason", None)
+    said = reason() if callable(reason) else None
+    rc = server.returncode()
+    return f"server exited with status {rc}" + (f" ({said})" if said and said != f"exit {rc}" else "")
+
+
 class Launcher(Protocol):
     def start(self, spec: LaunchSpec, log_path: Path) -> Server: ...
 

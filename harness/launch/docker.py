@@ -28,12 +28,14 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests
 from docker.types import DeviceRequest, Ulimit
 
 from harness import secrets
+from harness.failure import Failure, TrialFailed
 from harness.host import hostload
 from harness.launch import reaper
-from harness.launch.base import StartupError
+from harness.launch.base import DAEMON_LOST, StartupError
 from harness.launch.cpus import check_cpus
 from harness.launch.spec import KEEP_ENTRYPOINT, LaunchSpec
 from harness.measure.client import forget_api_key, register_api_key
@@ -100,6 +102,20 @@ def container_config(spec: LaunchSpec, log_path: Path) -> dict[str, Any]:
     )
 
 
+# What a lost daemon raises through the SDK: requests' ConnectionError (an OSError, not a
+# DockerException) when the socket is gone, a DockerException when the SDK wraps it.
+DAEMON_ERRORS = (requests.exceptions.RequestException, docker.errors.DockerException)
+STOP_ERRORS = (TrialFailed, requests.exceptions.RequestException, docker.errors.DockerException)
+
+
+def daemon_lost(exc: BaseException, spec: LaunchSpec) -> TrialFailed:
+    where = os.environ.get("DOCKER_HOST") or "the default socket"
+    return TrialFailed(Failure(DAEMON_LOST, f"the Docker daemon ({where}) stopped answering "
+                               f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}): the container's "
+                               "state is unknown; it is removed as an orphan once the daemon is back"),
+                       spec.command_line())
+
+
 class DockerServer:
     def __init__(self, spec: LaunchSpec, log_path: Path, container: Any):
         self.spec = spec
@@ -131,12 +147,21 @@ class DockerServer:
                 self._state = {**self._state, "Status": "removed"}
                 if "ExitCode" not in self._state:
                     self._state["ExitCode"] = -1
+            except DAEMON_ERRORS as exc:  # the daemon is gone: a typed failure, not a traceback
+                raise daemon_lost(exc, self.spec) from None
         return self._state
 
     def returncode(self) -> int | None:
         state = self._refresh()
         if state.get("Status") in ("exited", "dead", "removed"):
             return int(state.get("ExitCode", -1))
+        return None
+
+    def killed_for_memory(self) -> str | None:
+        """Docker's word that the kernel killed the container for memory (State.OOMKilled)."""
+        rc = self.returncode()
+        if rc is not None and self._state.get("OOMKilled"):
+            return f"Docker reports the container OOMKilled (exit {rc}): killed for memory"
         return None
 
     def exit_reason(self) -> str | None:
@@ -160,7 +185,7 @@ class DockerServer:
             return []
         try:
             top = self.container.top()
-        except docker.errors.APIError:
+        except (docker.errors.APIError, *DAEMON_ERRORS):
             return []
         titles = top.get("Titles") or []
         column = titles.index("PID") if "PID" in titles else 1
@@ -169,12 +194,17 @@ class DockerServer:
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM (forwarded by init), SIGKILL after the timeout, then remove the container."""
         if not self._removed:
-            with contextlib.suppress(docker.errors.NotFound):
-                self._refresh()
-                if self._state.get("Status") == "running":
-                    self.container.stop(timeout=max(1, int(timeout_s)))
-                self._refresh()
-                self.container.remove(force=True)
+            try:
+                with contextlib.suppress(docker.errors.NotFound):
+                    self._refresh()
+                    if self._state.get("Status") == "running":
+                        self.container.stop(timeout=max(1, int(timeout_s)))
+                    self._refresh()
+                    self.container.remove(force=True)
+            except STOP_ERRORS:
+                # No daemon to ask: the container (labelled with this process) is removed as an orphan
+                # by the next start once the daemon is back (reap_orphans).
+                pass
             self._removed = True
         self._log_thread.join(timeout=5)
         forget_api_key(self.spec.base_url)
@@ -231,6 +261,14 @@ class DockerLauncher:
         return self._client
 
     def start(self, spec: LaunchSpec, log_path: Path) -> DockerServer:
+        try:
+            return self._start(spec, log_path)
+        except StartupError:
+            raise
+        except DAEMON_ERRORS as exc:  # no daemon to talk to: one typed startup failure, not a traceback
+            raise StartupError(DAEMON_LOST, daemon_lost(exc, spec).detail, []) from None
+
+    def _start(self, spec: LaunchSpec, log_path: Path) -> DockerServer:
         if not spec.image:
             raise StartupError("bad_spec", f"engine {spec.engine!r}: the docker launcher needs an `image`", [])
         try:

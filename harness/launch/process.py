@@ -39,7 +39,7 @@ import psutil
 
 from harness import secrets
 from harness.launch import reaper
-from harness.launch.base import StartupError
+from harness.launch.base import StartupError, oom_kill_count
 from harness.launch.cpus import check_cpus
 from harness.launch.spec import LaunchSpec
 from harness.measure.client import forget_api_key, register_api_key
@@ -113,6 +113,7 @@ class ProcessServer:
         self._pgid = proc.pid  # start_new_session makes the child the leader of a new group
         self._known: set[int] = {proc.pid}
         self._stopped = False
+        self._oom_kills_at_start = oom_kill_count()
 
     @property
     def pid(self) -> int:
@@ -129,6 +130,27 @@ class ProcessServer:
             # (wait_ready polls every 50 ms at first) found it empty before the pump wrote them.
             self._log_pump.join(timeout=2)
         return rc
+
+    def exit_reason(self) -> str | None:
+        """Why the process ended (a signal by name, or its status); None while it runs."""
+        rc = self.returncode()
+        if rc is None:
+            return None
+        if rc < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-rc).name}"
+        return f"exit {rc}"
+
+    def killed_for_memory(self) -> str | None:
+        """A SIGKILL while the kernel's OOM kill count rose: the OOM killer's doing, as far as an
+        unprivileged tool can tell (the kernel log that names the victim needs root). None otherwise."""
+        if self.returncode() != -signal.SIGKILL or self._oom_kills_at_start is None:
+            return None
+        now = oom_kill_count()
+        if now is None or now <= self._oom_kills_at_start:
+            return None
+        return (f"the kernel's OOM killer ran while it lived (/proc/vmstat oom_kill {self._oom_kills_at_start} -> "
+                f"{now}): killed for memory")
 
     def owned_pids(self) -> list[int]:
         self._refresh_known()

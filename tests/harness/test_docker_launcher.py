@@ -309,3 +309,138 @@ finally:
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(container_id)
     assert leftover_containers(docker_client, trial="sig") == []
+
+
+def test_an_oom_killed_container_is_classified_as_oom(docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    """A real OOM kill: a container under a 16 MB memory limit reads /dev/zero into memory. Docker's
+    State.OOMKilled reaches the cause the session records ("oom"), not "server exited with status 137"."""
+    from harness.engines import StartupInfo
+    from harness.session import RunningConfig
+
+    spec = llama_spec()
+    log_path = tmp_path / "0009" / "server.log"
+    log_path.parent.mkdir(parents=True)
+    log_path.write_text("")
+    container = docker_client.containers.run(
+        IMAGE, ["/usr/bin/tail", "/dev/zero"], detach=True, mem_limit="16m", memswap_limit="16m",
+        volumes={p: {"bind": p, "mode": "ro"} for p in ("/usr", "/lib", "/lib64") if Path(p).is_dir()},
+        labels={"flagsearch": "1", "flagsearch.trial": "0009", "flagsearch.owner_pid": str(os.getpid())})
+    server = DockerServer(spec, log_path, container)
+    try:
+        container.wait(timeout=60)
+        assert server.returncode() == 137
+        memory = server.killed_for_memory()
+        assert memory is not None and "OOMKilled" in memory, server.exit_reason()
+        cause, detail = RunningConfig(get_engine("llamacpp"), spec, server, 0.0, StartupInfo()).crash_cause()
+        assert cause == "oom" and "OOMKilled" in detail and "status 137" in detail, detail
+    finally:
+        server.stop()
+    assert leftover_containers(docker_client, trial="0009") == []
+
+
+class SocketProxy:
+    """A unix-socket proxy in front of the Docker daemon's socket; kill() drops it and every
+    connection through it, which to its clients is the daemon gone (fault injection only)."""
+
+    def __init__(self, target: str, path: Path):
+        import socket
+        import threading
+
+        self.target, self.path = target, path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(16)
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.target)
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: object, b: object) -> None:
+        import socket
+
+        assert isinstance(a, socket.socket) and isinstance(b, socket.socket)
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            b.shutdown(socket.SHUT_WR)
+
+    def kill(self) -> None:
+        import socket
+
+        self.listener.close()
+        self.path.unlink(missing_ok=True)
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+
+def test_a_lost_daemon_mid_trial_is_a_typed_failure_with_the_record_kept(
+        docker_client: docker.DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Docker daemon stops answering while a trial measures (the tool reaches it through a proxy
+    that is dropped): the trial is failed as docker_daemon_lost with its record and command kept, the
+    next trial's start fails the same way in one line, and the search ends normally, no traceback."""
+    import harness.launch.docker as docker_launch
+    from search.space.space import parse_space
+    from search.store.summary import load_view
+    from search.study.study import StudyRunner, default_storage
+
+    base = docker_client.api.base_url
+    real_socket = (os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock").removeprefix("unix://")
+    assert base.startswith("http+docker://") and Path(real_socket).is_socket()
+    proxy = SocketProxy(real_socket, tmp_path / "docker.sock")
+    monkeypatch.setattr(docker_launch, "client_from_env",
+                        lambda: docker.DockerClient(base_url=f"unix://{proxy.path}", timeout=10))
+    model_dir = flagsearch_home.smollm2_gguf().parent
+    space = parse_space({
+        "name": "docker-lost",
+        "engines": {"llamacpp": {
+            "dialect": "llamacpp", "launcher": "docker", "image": IMAGE, "command": ["/opt/llama/bin/llama-server"],
+            "volumes": [{"host": "/usr", "container": "/usr", "read_only": True},
+                        {"host": str(flagsearch_home.llama_server().parent), "container": "/opt/llama/bin",
+                         "read_only": True},
+                        {"host": str(model_dir), "container": "/models", "read_only": True}],
+            "args": {"ctx_size": 512, "parallel": 1, "threads": 1}, "ready_timeout_s": 120}},
+        "models": [{"name": "smollm2", "path": "/models/" + flagsearch_home.smollm2_gguf().name}],
+        "params": {"batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048}},
+        "measure": {"repeats": 1, "warmup": False, "request_timeout_s": 120},
+        "workloads": [{"name": "short", "streams": ["qa"], "max_tokens": 8}],
+        "quality": {"suite": None},
+        "objectives": [{"metric": "short.output_tok_s"}],
+    }, "docker-space")
+
+    class DropAtMeasuring(Quiet):
+        def phase(self, text: str) -> None:
+            if "measuring" in text and proxy.path.exists():
+                proxy.kill()
+
+    results = tmp_path / "results"
+    runner = StudyRunner(space, default_storage(results), "lost", results, DropAtMeasuring())
+    runner.study.enqueue_trial({"batch_size": 512})
+    try:
+        runner.run(n_trials=2)
+        records = {r.number: r for r in load_view(runner.study).records}
+    finally:
+        for container in leftover_containers(docker_client, owner_pid=str(os.getpid())):
+            container.remove(force=True)  # the dropped daemon could not remove it
+    lost, after = records[0], records[1]
+    assert lost.state == "failed" and lost.failure is not None and lost.failure.cause == "docker_daemon_lost"
+    assert "stopped answering" in lost.failure.detail and lost.command.startswith("docker run")
+    assert after.state == "failed" and after.failure is not None and after.failure.cause == "docker_daemon_lost"

@@ -427,6 +427,29 @@ def test_engine_sigkilled_mid_trial_search_goes_on(tmp_path: Path) -> None:
     assert runner.starts == 3
 
 
+def test_engine_oom_killed_mid_trial_is_recorded_as_oom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel's OOM killer SIGKILLs the server while trial 2 measures: a SIGKILL while the kernel's
+    OOM kill count (/proc/vmstat oom_kill) rose is recorded as oom, not "server exited with status -9".
+    The kill is real; the count's rise is injected (a real OOM kill of a process would need the machine's
+    memory: the Docker test makes a real one under a container's limit)."""
+    import harness.launch.process as process_launch
+
+    kills = {"count": 41}
+    monkeypatch.setattr(process_launch, "oom_kill_count", lambda: kills["count"])
+
+    def oom(runner: StudyRunner) -> None:
+        kills["count"] += 1
+        os.kill(active_pid(runner), signal.SIGKILL)
+
+    reporter = FaultReporter(2, "measuring", oom)
+    run_study(tmp_path, reporter, [{**DEFAULT, "batch_size": 256}], trials=2, max_tokens=400)
+    killed = {r.number: r for r in reporter.finished}[1]
+    assert killed.state == "failed" and killed.failure is not None and killed.failure.cause == "oom", killed.failure
+    assert "killed by SIGKILL" in killed.failure.detail and "oom_kill 41 -> 42" in killed.failure.detail
+    record_outcome("engine OOM-killed mid-trial", "SIGKILL while the kernel's OOM kill count rises", "llama-server",
+                   killed.failure.cause, killed.failure.detail[:70], "0")
+
+
 def test_engine_frozen_mid_trial_times_out_and_search_goes_on(tmp_path: Path) -> None:
     reporter = FaultReporter(2, "measuring", lambda r: os.kill(active_pid(r), signal.SIGSTOP))
     run_study(tmp_path, reporter, [{**DEFAULT, "batch_size": 256}, {**DEFAULT, "batch_size": 128}],
