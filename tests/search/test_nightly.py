@@ -61,7 +61,9 @@ def test_no_matching_baseline_is_a_failure_with_a_message(tmp_path: Path, capsys
     assert "warning" in capsys.readouterr().err
     # An empty folder is the same failure.
     (tmp_path / "empty").mkdir()
-    assert main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "empty")]) == 2
+    assert main(["nightly", "--candidate-build", "command:/bin/true", "--baselines", str(tmp_path / "empty"),
+                 "--out", str(tmp_path / "r-empty")]) == 2
+    assert json.loads((tmp_path / "r-empty" / "nightly.json").read_text())["exit_code"] == 2  # written however it ends
 
 
 def test_a_plan_over_the_job_limit_is_refused_with_what_to_change(tmp_path: Path,
