@@ -3,7 +3,8 @@
 - no private name (`_name`) of one module is used by another: `from X import _y`, or `X._y` on a
   module bound by an import, anywhere in search/, harness/ and bench/;
 - no import circle between files of search/ and harness/;
-- harness/ never imports search/ (or bench/);
+- harness/ never imports search/ (or bench/), search/ never imports bench/;
+- no import from a lower layer back up (LAYERS, below);
 - a config becomes a RunRequest in one place, search/space/space.py (`Space.request`, `Resolved`).
 
 Every import counts: module level, inside functions, and under `if TYPE_CHECKING:` (a type-only
@@ -86,6 +87,32 @@ def imports_of(module: str) -> Iterator[Import]:
 
 
 IMPORTS = [imp for module in MODULES for imp in imports_of(module)]
+
+
+# The layers, lowest first: a module imports modules of its own layer and of lower ones, never of a
+# higher one. bench/ stands above them all (it may use anything; nothing of search/ or harness/ uses it).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("harness",),  # everything that touches an engine, behind one door (harness/session.py)
+    ("search.exit_codes", "search.shipped", "search.terminal"),  # what a command returns, ships and prints
+    ("search.space",),  # space files -> Space; a config -> its RunRequest
+    ("search.store",),  # records on disk and in the study storage, the study read back
+    ("search.verdicts",),  # the statistics of every verdict
+    ("search.sampling",),  # which config comes next, and when to stop
+    ("search.study",),  # the trial loop, its noise probes, one fresh start
+    ("search.confirm",),  # a study's answer
+    ("search.regress",),  # comparing builds and sides
+    ("search.report",),  # a stored study as tables and HTML
+    ("search.commands",),  # one module per subcommand
+    ("search.cli",),  # the command line
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of the layer `module` belongs to (None: bench/, and search/'s own __init__)."""
+    for i, layer in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".") for top in layer):
+            return i
+    return None
 
 
 def _private(name: str) -> bool:
@@ -198,3 +225,17 @@ def test_a_config_becomes_a_run_request_in_one_place() -> None:
                 if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "RunRequest":
                     found.append(f"{module.replace('.', '/')}.py:{node.lineno}")
     assert not found, "RunRequest built outside Space.request / Resolved.run_request:\n" + "\n".join(found)
+
+
+def test_no_import_from_a_lower_layer_back_up() -> None:
+    unplaced = [m for m in MODULES if m.startswith(("search.", "harness")) and layer_of(m) is None]
+    assert not unplaced, f"modules in no layer of LAYERS (place them): {unplaced}"
+    found = []
+    for imp in IMPORTS:
+        low, high = layer_of(imp.source), layer_of(imp.target)
+        if imp.source.split(".")[0] in ("search", "harness") and imp.target.split(".")[0] == "bench":
+            found.append(f"{imp.where()}: {imp.target} (bench/ is above every layer)")
+        elif low is not None and high is not None and high > low:
+            found.append(f"{imp.where()}: {imp.source} ({' '.join(LAYERS[low])}) imports {imp.target} "
+                         f"({' '.join(LAYERS[high])})")
+    assert not found, "imports from a lower layer back up:\n" + "\n".join(sorted(set(found)))

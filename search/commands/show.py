@@ -21,6 +21,7 @@ from search.store.results import TrialRecord
 from search.store.storage import open_existing, storage_for
 from search.store.summary import StudyView, load_view
 from search.study.curves import best_per_point, best_per_workload, switch_points
+from search.study.noise import noise_line
 from search.terminal import err, safe
 from search.terminal import out as console
 
@@ -73,7 +74,7 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
                       + (f" ({ratio:.2f}x the default)" if ratio else ""))
         console.print(safe(r.command))
     print_per_load(view)
-    noise = view.noise()
+    noise = noise_line(view)
     if noise:
         console.print(f"\n{safe(noise)}")
     console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")

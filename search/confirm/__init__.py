@@ -1,3 +1,4 @@
-"""Confirmation: fresh-start rounds of the top configs beside the default, and the answer."""
+"""Confirmation: fresh-start rounds (search/study/fresh_start.py) of the top configs beside the default,
+and the answer."""
 
-__all__ = ["confirm", "fresh_start"]
+__all__ = ["confirm"]

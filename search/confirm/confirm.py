@@ -34,10 +34,10 @@ from harness.measure.capacity import Slo
 from harness.measure.natural_end import MARK as PAST_END
 from harness.measure.stability import StabilityResult, run_stability
 from harness.session import Session
-from search.confirm.fresh_start import fixed_trial, measure_fresh
 from search.space.schema import CAPACITY
 from search.space.space import Space
 from search.store.results import TrialRecord, TrialState
+from search.study.fresh_start import fixed_trial, measure_fresh
 from search.study.scoring import measure_settings, slo_of
 from search.verdicts.blocked import compare_blocked
 from search.verdicts.gate import DEFAULT_ALPHA, MetricVerdict

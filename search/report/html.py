@@ -23,6 +23,7 @@ from search.space.schema import REQUEST_SIDE
 from search.store.results import TrialState, scrub_text
 from search.store.summary import StudyView
 from search.study.curves import best_per_point, best_per_workload, switch_points
+from search.study.noise import noise_line
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -290,7 +291,7 @@ document.querySelectorAll("table.sortable th").forEach(function (th, col) {
 def _verdict_section(view: StudyView) -> str:
     """The confirmation (fresh starts, interleaved) apart from the single-measurement ranking."""
     c = view.confirmation
-    noise = view.noise()
+    noise = noise_line(view)
     text = f"<p><strong>{_e(view.verdict())}</strong></p>" + (f"<p>{_e(noise)}</p>" if noise else "")
     if c is None:
         return text

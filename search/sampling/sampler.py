@@ -36,6 +36,7 @@ from optuna.samplers._ga import BaseGASampler
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from harness.launch.reaper import worker_tag
 from search.sampling.surrogate import FailureModel, Observation, improvement_scores
 from search.space.schema import REQUEST_SIDE, FixedParam
 from search.space.space import Space
@@ -48,7 +49,7 @@ FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - t
 FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
 MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
 RESAMPLE_TRIES = 3
-NOISE_ATTR = "noise_probes"  # search/sampling/noise.py's study attr: the default re-measured on fresh starts
+NOISE_ATTR = "noise_probes"  # search/study/noise.py's study attr: the default re-measured on fresh starts
 
 SamplerKind = Literal["tpe", "nsga2"]
 
@@ -89,7 +90,7 @@ def observation(trial: FrozenTrial, dists: dict[str, BaseDistribution]) -> Obser
 
 
 def probe_observations(study: Study, dists: dict[str, BaseDistribution]) -> list[Observation]:
-    """The noise probes (search/sampling/noise.py: the default, trial 0, re-measured on fresh starts) as
+    """The noise probes (search/study/noise.py: the default, trial 0, re-measured on fresh starts) as
     repeated observations of the default config: the model learns its noise from them."""
     probes = [p.get("value") for p in study.user_attrs.get(NOISE_ATTR, [])]
     first = next((t for t in study.get_trials(deepcopy=False) if t.number == 0), None)
@@ -461,6 +462,18 @@ class FlagSampler(BaseSampler):
             if self._key(config) not in taken and self.allowed(config):
                 return config
         return None
+
+
+def study_sampler(space: Space, seed: int | None = None) -> BaseSampler:
+    """The sampler of one worker of a study (search.store.storage.open_study asks it)."""
+    # An explicit seed reproduces one worker exactly; otherwise every process (worker, resumed run)
+    # mixes its identity into the space's seed, so that two workers or a resumed run do not replay
+    # the same suggestions.
+    base = space.m.seed if seed is None else seed
+    # The space-filling design comes from the base seed (one design per study, workers take different
+    # rows); the guided phase from the worker's own seed unless one was given explicitly.
+    return make_sampler(space, seed if seed is not None else worker_seed(base, worker_tag()), design_seed=base,
+                        noise_floor=space.m.measure.noise_floor)
 
 
 def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,

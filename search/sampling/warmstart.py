@@ -9,8 +9,8 @@ import optuna
 from optuna.trial import TrialState as OptunaState
 
 from search.store.results import TrialState
+from search.store.storage import BUDGET_ATTR
 from search.store.summary import load_view
-from search.study.study import BUDGET_ATTR
 
 WARM_ATTR = "warm_start_from"
 

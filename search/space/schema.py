@@ -290,7 +290,7 @@ class MeasureModel(Strict):
     # plausibly beat the incumbent by more (search/sampling/stopping.py).
     noise_floor: float = Field(default=0.05, gt=0, lt=1)
     # Re-measure the default on a fresh start after every N counted trials (0: never): the study's
-    # own start-to-start noise, reported with the results (search/sampling/noise.py).
+    # own start-to-start noise, reported with the results (search/study/noise.py).
     noise_every: int = Field(default=0, ge=0)
     # kv.sequences: how many sequences of this many tokens the KV cache holds at once (startup log).
     kv_context_tokens: int | None = Field(default=None, ge=1)

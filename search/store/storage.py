@@ -10,10 +10,9 @@ from pathlib import Path
 
 import optuna
 import sqlalchemy.exc
+from optuna.samplers import BaseSampler
 from optuna.trial import TrialState as OptunaState
 
-from harness.launch.reaper import worker_tag
-from search.sampling.sampler import make_sampler, worker_seed
 from search.space.space import Space
 from search.store.results import STUDY_FORMAT, ResultsError, TrialRecord, check_study_format
 from search.store.trial_index import RECORD_ATTR, final_numbers
@@ -36,18 +35,12 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else {"connect_args": {"timeout": 60}})
 
 
-def open_study(space: Space, storage: str, study_name: str, seed: int | None = None) -> optuna.Study:
+def open_study(space: Space, storage: str, study_name: str, sampler: BaseSampler) -> optuna.Study:
+    """The space's study in `storage`, created on first use, asking `sampler` for its configs (a worker's:
+    search.sampling.sampler.study_sampler)."""
     directions = [o.direction for o in space.m.objectives]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # An explicit seed reproduces one worker exactly; otherwise every process (worker, resumed run)
-    # mixes its identity into the space's seed, so that two workers or a resumed run do not replay
-    # the same suggestions.
-    base = space.m.seed if seed is None else seed
-    # The space-filling design comes from the base seed (one design per study, workers take different
-    # rows); the guided phase from the worker's own seed unless one was given explicitly.
-    sampler = make_sampler(space, seed if seed is not None else worker_seed(base, worker_tag()), design_seed=base,
-                           noise_floor=space.m.measure.noise_floor)
     for attempt in range(6):
         try:
             study = optuna.create_study(storage=make_storage(storage), study_name=study_name,

@@ -56,16 +56,6 @@ class StudyView:
                 front.append(r)
         return sorted(front, key=key, reverse=True)
 
-    def noise(self) -> str | None:
-        """The study's noise floor line, when the default was measured on two or more starts."""
-        if self.study is None:
-            return None
-        from search.sampling.noise import noise_floor
-
-        base = self.baseline
-        floor = noise_floor(self.study, base.objective_values[0] if base and base.objective_values else None)
-        return floor.describe() if floor else None
-
     def verdict(self) -> str:
         """The confirmed answer, or a plain statement that the ranking is unconfirmed."""
         c = self.confirmation

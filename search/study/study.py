@@ -30,7 +30,6 @@ from harness.failure import Cause, Failure, TrialFailed
 from harness.launch.reaper import Terminated, worker_tag
 from harness.quality.quality import QualityResult
 from harness.session import Measurement, QualityPlan, RunningConfig, Session, free_port
-from search.sampling.noise import probe, probe_due, stop_rule_floor
 from search.sampling.pruning import clearly_worse
 from search.sampling.sampler import (
     FAILED_KEY,
@@ -38,6 +37,7 @@ from search.sampling.sampler import (
     QUEUED_ATTR,
     failure_values,
     space_exhausted,
+    study_sampler,
     trial_origin,
 )
 from search.sampling.stopping import study_should_stop
@@ -50,6 +50,7 @@ from search.study.estimate import Estimator
 from search.study.inputs import ReferenceCapture, Rooflines
 from search.study.lock import StudyLock
 from search.study.memory_fit import LocalMemory, estimate, free_at_start, workloads_beyond_context
+from search.study.noise import probe, probe_due, stop_rule_floor
 from search.study.recovery import (
     BY_CTRL_C,
     INTERRUPTED_BY,
@@ -98,7 +99,7 @@ class StudyRunner:
         self.study_name = study_name
         self.results_dir = results_dir
         self.reporter = reporter
-        self.study = open_study(space, storage, study_name, seed)
+        self.study = open_study(space, storage, study_name, study_sampler(space, seed))
         # Held while a worker checks the budget and creates a trial, or queues configs (study_lock.py).
         self.lock = StudyLock(storage, study_name)
         with self.lock:
@@ -183,7 +184,7 @@ class StudyRunner:
         self._stopping = True
 
     def noise_floor_value(self) -> float:
-        """The spread the stop rule allows for (search/sampling/noise.py)."""
+        """The spread the stop rule allows for (search/study/noise.py)."""
         # The default is trial 0 of every study (queued first); read from the index, not the storage.
         base = next((r for r in self.index.finished.values() if r.number == 0), None)
         return stop_rule_floor(self.study, self.space, base.objective_values[0] if base and base.objective_values

@@ -21,6 +21,7 @@ from search.sampling.sampler import launch_configs
 from search.sampling.warmstart import WARM_ATTR, warm_start
 from search.space.space import parse_space
 from search.store.summary import load_view
+from search.study.noise import noise_line
 from search.study.study import StudyRunner, counted_trials, default_storage
 from tests.conftest import llama_space_doc
 
@@ -259,7 +260,7 @@ def test_the_default_is_re_measured_for_the_noise_floor(tmp_path: Path) -> None:
     probes = runner.study.user_attrs.get("noise_probes")
     assert probes and len(probes) == 1 and probes[0]["value"] > 0 and probes[0]["runs"]
     assert runner.starts == 2 + 1  # two trials and one fresh start of the default
-    line = load_view(runner.study).noise()
+    line = noise_line(load_view(runner.study))
     assert line and "between 2 fresh starts" in line
 
 

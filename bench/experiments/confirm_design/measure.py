@@ -23,8 +23,8 @@ from typing import Any
 from bench.common import default_params
 from harness import Session
 from harness.host.hostload import LoadMeter
-from search.confirm.fresh_start import measure_fresh
 from search.space.space import load_space
+from search.study.fresh_start import measure_fresh
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).parent

@@ -20,9 +20,10 @@ import optuna
 from harness.failure import TrialFailed
 from harness.host.hostload import LoadMeter
 from harness.session import Session
-from search.confirm.fresh_start import measure_fresh
 from search.sampling.sampler import NOISE_ATTR
 from search.space.space import Space
+from search.store.summary import StudyView
+from search.study.fresh_start import measure_fresh
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,15 @@ def noise_floor(study: optuna.Study, baseline_value: float | None) -> NoiseFloor
     mean = sum(logs) / len(logs)
     spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
     return NoiseFloor(tuple(values), spread)
+
+
+def noise_line(view: StudyView) -> str | None:
+    """The study's noise floor line, when the default was measured on two or more starts."""
+    if view.study is None:
+        return None
+    base = view.baseline
+    floor = noise_floor(view.study, base.objective_values[0] if base and base.objective_values else None)
+    return floor.describe() if floor else None
 
 
 def stop_rule_floor(study: optuna.Study, space: Space, baseline_value: float | None) -> float:

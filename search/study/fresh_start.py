@@ -1,5 +1,5 @@
 """One fresh server start of a config, measured for the study's first objective: the unit of the
-confirmation's rounds (search/confirm/confirm.py), the noise probes (search/sampling/noise.py) and the confirmation
+confirmation's rounds (search/confirm/confirm.py), the noise probes (search/study/noise.py) and the confirmation
 experiments (bench/experiments/confirm_design)."""
 
 from __future__ import annotations
