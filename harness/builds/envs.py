@@ -296,7 +296,7 @@ def pip_env(value: str, label: str, progress: Progress = quiet) -> tuple[str, st
 def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], plan: BasePlan | None,
                        base: Path | None, value: str, label: str, progress: Progress) -> None:
     progress(f"creating build {path.name} for {requirement}")
-    started = time.monotonic()  # recorded as build_s: the nightly's plan prices a build from these
+    started = time.monotonic()  # recorded as build_seconds: the nightly's plan prices a build from these
     _new_venv(path)
     python = str(path / "bin" / "python")
     cmd = [*_pip(python), "install"]
@@ -339,10 +339,10 @@ def _install_pip_build(path: Path, requirement: str, resolved: dict[str, Any], p
     manifest = {"kind": "pip", "requirement": requirement, "spec": value, **resolved,
                 "base": base.name if base else None, "dist": dist, "dist_version": packages.get(dist),
                 "torch": packages.get("torch"), "transformers": packages.get("transformers"),
-                "created": now_iso(), "build_s": round(time.monotonic() - started, 1), "packages": packages}
+                "created": now_iso(), "build_seconds": round(time.monotonic() - started, 1), "packages": packages}
     (path / READY).write_text(json.dumps(manifest, indent=1))
 
 
 def _short_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest without the full package list (that stays in the build folder)."""
-    return {k: v for k, v in manifest.items() if k not in ("packages", "created", "last_used", "build_s")}
+    return {k: v for k, v in manifest.items() if k not in ("packages", "created", "last_used", "build_seconds")}

@@ -5,7 +5,7 @@ Pricing: per baseline, rounds x 2 sides x (start + measure), from the baseline's
 times (startup.ready_s) and measure time (source.round_s, or a rough estimate from its e2e latency);
 `rounds` is the cap the regress run may reach when the gate stays unsettled, so the plan is priced at
 its worst case. With --workload only that workload's measure time counts. The candidate's build time
-is the median of what finished builds of its kind recorded (`build_s` in their manifests under
+is the median of what finished builds of its kind recorded (`build_seconds` in their manifests under
 FLAGSEARCH_HOME/builds), else --build-estimate-s; the plan says which.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.builds.builds import Build, pinned_text
-from harness.builds.cache import list_builds
+from harness.builds.cache import READY, builds_dir
 from search.regress.baseline import Baseline, kept, save_baseline
 from search.store.results import read_json
 
@@ -91,14 +91,33 @@ def _median(xs: list[float]) -> float:
 _NOTHING_TO_BUILD = ("python", "command")
 
 
+def recorded_build_seconds(kind: str) -> list[float]:
+    """How long each finished build of this kind took, as its manifest in the build cache records it
+    (`build_seconds`: pip builds' .flagsearch-build.json, overlay images' manifest.json)."""
+    out = []
+    for folder in sorted(builds_dir().glob("*")):
+        for name in (READY, "manifest.json"):
+            try:
+                manifest = json.loads((folder / name).read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(manifest, dict):
+                continue
+            its_kind = "overlay" if manifest.get("overlay") else manifest.get("kind")
+            seconds = manifest.get("build_seconds")
+            if its_kind == kind and isinstance(seconds, (int, float)) and seconds > 0:
+                out.append(float(seconds))
+            break  # one manifest per folder
+    return out
+
+
 def build_time(kind: str, estimate_s: float) -> tuple[float, str]:
     """Seconds to allow for creating the candidate build, and where the figure comes from: the median
-    `build_s` that finished builds of this kind recorded in the build cache (FLAGSEARCH_HOME/builds),
-    else `estimate_s` (--build-estimate-s)."""
+    of what finished builds of this kind recorded in the build cache (FLAGSEARCH_HOME/builds), else
+    `estimate_s` (--build-estimate-s)."""
     if kind in _NOTHING_TO_BUILD:
         return 0.0, f"a {kind} build creates nothing"
-    recorded = [float(b.manifest["build_s"]) for b in list_builds(sizes=False)
-                if b.manifest.get("kind") == kind and isinstance(b.manifest.get("build_s"), (int, float))]
+    recorded = recorded_build_seconds(kind)
     if recorded:
         return _median(recorded), f"the median of {len(recorded)} {kind} build(s) in the build cache"
     if estimate_s:

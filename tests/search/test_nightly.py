@@ -135,12 +135,17 @@ def test_build_time_comes_from_the_build_caches_recorded_durations(tmp_path: Pat
     assert build_time("pip", 900.0) == (900.0, "--build-estimate-s: no pip build in the build cache records how "
                                                "long it took")
     assert build_time("pip", 0.0)[0] == 0.0
-    for name, manifest in (("a", {"kind": "pip", "build_s": 120.0}), ("b", {"kind": "pip", "build_s": 300.0}),
-                           ("c", {"kind": "pip", "build_s": 200.0}), ("d", {"kind": "pip"}),  # older: none recorded
-                           ("e", {"kind": "base", "build_s": 5000.0})):
+    for name, manifest in (("a", {"kind": "pip", "build_seconds": 120.0}), ("b", {"kind": "pip", "build_seconds": 300}),
+                           ("c", {"kind": "pip", "build_seconds": 200.0}), ("d", {"kind": "pip"}),  # older: none
+                           ("e", {"kind": "base", "build_seconds": 5000.0})):
         (tmp_path / "builds" / name).mkdir(parents=True)
         (tmp_path / "builds" / name / ".flagsearch-build.json").write_text(json.dumps(manifest))
+    (tmp_path / "builds" / "overlay-1").mkdir()  # an overlay image's manifest (harness/builds/overlay.py)
+    (tmp_path / "builds" / "overlay-1" / "manifest.json").write_text(
+        json.dumps({"kind": "image", "overlay": True, "build_seconds": 200.7}))
     assert build_time("pip", 900.0) == (200.0, "the median of 3 pip build(s) in the build cache")
+    assert build_time("overlay", 900.0) == (200.7, "the median of 1 overlay build(s) in the build cache")
+    assert build_time("image", 900.0)[0] == 900.0  # an overlay is not a pulled image
     assert build_time("command", 900.0) == (0.0, "a command build creates nothing")
 
 
