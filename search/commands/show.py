@@ -106,7 +106,7 @@ def study_json(view: StudyView) -> dict[str, Any]:
             "default_trial": view.baseline_number,
             "trials": [{**r.summary(), "ratio_to_default": view.ratio_to_default(r)}
                        for r in sorted(view.records, key=lambda r: r.number)],
-            "best": [r.number for r in best], "noise": view.noise(), "confirmation": view.confirmation,
+            "best": [r.number for r in best], "noise": noise_line(view), "confirmation": view.confirmation,
             "verdict": view.verdict()}
 
 
