@@ -9,6 +9,7 @@ import optuna
 
 from search.store.results import ResultsError
 from search.store.storage import storage_for
+from search.terminal import err, safe
 from search.terminal import out as console
 
 
@@ -31,7 +32,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                                   Path(args.parquet) if args.parquet else None):
             console.print(f"table: {path}")
     for problem in inp.problems:
-        console.print(f"[yellow]warning[/]: {problem}")
+        err.print(f"[yellow]warning[/]: {safe(problem)}")  # warnings on stderr; stdout names what was written
     return 0
 
 

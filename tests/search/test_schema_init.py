@@ -32,7 +32,7 @@ def test_the_committed_schema_is_the_models_schema() -> None:
 
 @pytest.mark.parametrize("space", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_every_shipped_space_names_the_schema_and_is_valid_by_it(space: Path) -> None:
-    assert space.read_text().splitlines()[0] == HINT
+    assert space.read_text().splitlines()[0] == HINT, f"make `{HINT}` the first line of {space.name}"
     errors = [f"{list(e.path)}: {e.message}" for e in validator().iter_errors(yaml.safe_load(space.read_text()))]
     assert not errors, errors
 
