@@ -14,16 +14,24 @@ A `${VAR}` reference as written in a space names a secret without holding it and
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-# Whole name segments only: HF_TOKEN, --api-key, AWS_SECRET_ACCESS_KEY are secrets, while
-# --max-num-batched-tokens or TOKENIZER are not (a redacted flag value breaks the reproduce command).
-_SECRET_NAME = re.compile(r"(?:^|[_\-.])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY)(?:$|[_\-.])",
-                          re.IGNORECASE)
+# Whole name segments only: HF_TOKEN, --api-key, AWS_SECRET_ACCESS_KEY, GITHUB_PAT, NPM_AUTH,
+# AUTHORIZATION are secrets, while --max-num-batched-tokens, TOKENIZER or PATH are not (a redacted flag
+# value breaks the reproduce command). A password may also end a name without a separator (PGPASSWORD),
+# and MYSQL_PWD's last segment is PWD (the shell's own PWD, the working directory, is not a secret).
+_SECRET_NAME = re.compile(r"(?:^|[_\-.])(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|APIKEY|PAT|AUTH|AUTHORIZATION)"
+                          r"(?:$|[_\-.])|PASSW(?:OR)?D$|.[_\-.]PWD$", re.IGNORECASE)
+# A credential inside one argument: an HTTP header (`--header 'Authorization: Bearer ...'`, `-H
+# 'X-Api-Key: ...'`). Group 1 is the secret.
+_HEADER_SECRET = re.compile(r"(?i)\b(?:proxy-)?(?:authorization|x-api-key|api-key)\s*:\s*"
+                            r"(?:(?:bearer|basic|token)\s+)?(\S+)")
 REDACTED = "***"
 MIN_SECRET_LEN = 6
 _REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$")
@@ -106,14 +114,31 @@ def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
+def inner_secrets(arg: str) -> list[str]:
+    """Secrets inside one argument: a header's credential (`Authorization: Bearer X`), and the values
+    under secret-named keys of a JSON object (`--hf-overrides '{"token": "hf_..."}'`)."""
+    found = [m.group(1) for m in _HEADER_SECRET.finditer(arg)]
+    text = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+    if text.lstrip().startswith(("{", "[")):
+        with contextlib.suppress(ValueError, RecursionError):
+            found += [v for v in doc_secrets(json.loads(text)) if isinstance(v, str)]
+    return [v for v in found if v and v != REDACTED]
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """`--api-key X` / `--hf-token=X` -> the value replaced; other arguments unchanged."""
+    """`--api-key X` / `--hf-token=X` -> the value replaced; a credential inside an argument (a
+    header, a JSON object's secret-named key) replaced in place; other arguments unchanged."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        if hidden := inner_secrets(arg):
+            for value in sorted(hidden, key=len, reverse=True):
+                arg = arg.replace(value, REDACTED)
+            out.append(arg)
             continue
         if arg.startswith("-") and is_secret_name(_flag_name(arg)):
             if "=" in arg:
@@ -132,6 +157,9 @@ def argv_secrets(argv: Iterable[str]) -> list[str]:
     out = []
     for original, shown in zip(args, redact_argv(args), strict=True):
         if original == shown:
+            continue
+        if hidden := inner_secrets(original):
+            out += hidden
             continue
         out.append(original.split("=", 1)[1] if shown.endswith("=" + REDACTED) else original)
     return [v for v in out if len(v) >= MIN_SECRET_LEN]
@@ -160,6 +188,8 @@ def doc_secrets(node: Any, key: str = "") -> list[str]:
             out += doc_secrets(v, key)
     elif key and is_secret_name(key) and isinstance(node, str):
         out.append(node)
+    elif isinstance(node, str):
+        out += inner_secrets(node)  # a header or a JSON object given as one value (an engine arg)
     return out
 
 

@@ -9,11 +9,14 @@
   error quoting `choices [f16, q8_0]` or a path `[/tmp]` would otherwise lose its brackets or
   raise a MarkupError.
 - `install_scrubbing_streams` wraps sys.stdout/sys.stderr so that every line the CLI prints (rich,
-  print, JSON events) has known secret values replaced (harness.secrets).
+  print, JSON events) has known secret values replaced (harness.secrets), and terminal escapes other
+  than rich's colours shown as text: a space, a shared study or an engine cannot move the cursor,
+  clear the screen or retitle the terminal (`safe`/`printable` show every control character).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -27,14 +30,32 @@ from harness import secrets
 PIPED_WIDTH = 160
 
 
+# Control characters a space, a shared study or an engine could smuggle to the terminal: every C0
+# control but newline and tab, DEL, and the C1 controls (0x9b is a one-byte CSI). Shown as \xNN.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What the stream lets through: rich's own colours (SGR: ESC [ digits ; m) and the carriage return of
+# a redrawn progress line; any other escape (cursor moves, screen clears, OSC titles, hyperlinks) is shown.
+_UNSAFE_IN_STREAM = re.compile(r"\x1b(?!\[[0-9;]*m)|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+
+
+def _shown(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group(0)):02x}"
+
+
+def printable(text: Any) -> str:
+    """Text from users, files or engines with its control characters (terminal escapes) made visible."""
+    return _CONTROL.sub(_shown, str(text))
+
+
 class ScrubbingStream:
-    """A text stream that replaces known secret values before writing to the stream it wraps."""
+    """A text stream that replaces known secret values, and neutralises terminal escapes other than
+    colours, before writing to the stream it wraps."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(secrets.scrub_text(text))
+        self.stream.write(_UNSAFE_IN_STREAM.sub(_shown, secrets.scrub_text(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, ...
@@ -78,8 +99,8 @@ def progress_printer(quiet: bool) -> Callable[[str], None]:
 
 
 def safe(text: Any) -> str:
-    """User, file or engine text made safe for rich markup."""
-    return escape(str(text))
+    """User, file or engine text made safe for rich markup and for the terminal (printable)."""
+    return escape(printable(text))
 
 
 def error(message: Any, label: str = "error") -> None:

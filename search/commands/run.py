@@ -20,7 +20,7 @@ from search.store.storage import default_storage, storage_for
 from search.store.summary import load_view
 from search.study.study import StudyRunner
 from search.study.unified_memory import DROP_PAGE_CACHE
-from search.terminal import err, safe
+from search.terminal import err, printable, safe
 
 
 class ConsoleReporter:
@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         records = previous_records(Path(args.results) / (args.study or space.name), args.storage)
         for line in dry_run(space, args.dry_run, records, confirm=not args.no_confirm):
-            print(line)
+            print(printable(line))
         return 0
     if args.preflight or not args.no_preflight:
         from search.study.preflight import preflight

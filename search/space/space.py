@@ -80,11 +80,19 @@ def _one_line(errors: list[Any]) -> str:
 
 
 def _secret_params(model: SpaceModel, source: str) -> None:
-    """A secret cannot be searched: Optuna would store every sampled value in the study."""
+    """A secret cannot be searched: Optuna would store every sampled value in the study, and every
+    choice of a categorical parameter in its own distribution record (trial_params.distribution_json),
+    which no scrubber of ours reaches."""
+    known = secrets.known()
     for name, param in model.params.items():
         if secrets.is_secret_name(name) and not isinstance(param, FixedParam):
             raise SpaceError(f"{source}: params.{name}: a secret cannot be a searched parameter "
                              "(use `type: fixed`, or set it under engines.<name>.args)")
+        for i, choice in enumerate(getattr(param, "choices", None) or []):
+            text = str(choice)
+            if secrets.inner_secrets(text) or secrets.argv_secrets(text.split()) or any(k in text for k in known):
+                raise SpaceError(f"{source}: params.{name}.choices[{i}]: holds a secret, which Optuna would store "
+                                 "in the study with every choice; give it as an engine arg or env (`${VAR}`)")
 
 
 def parse_space(data: Any, source: str = "<space>") -> Space:

@@ -124,3 +124,52 @@ def test_history_rows_are_scrubbed_and_versioned(tmp_path: Path) -> None:
     path.write_text(text.replace("flagsearch-history/1", "flagsearch-history/9"))
     with pytest.raises(ValueError, match="newer flagsearch"):
         history.load("b", tmp_path)
+
+
+@pytest.mark.parametrize("name", ["PGPASSWORD", "MYSQL_PWD", "GITHUB_PAT", "NPM_AUTH", "AUTHORIZATION",
+                                  "REGISTRY_AUTH", "--auth-token"])
+def test_the_names_the_review_found_are_secret(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each name's value was printed, logged and stored before (PGPASSWORD reached the printed command,
+    server.log, result.json, study.db, the CSV and the HTML report); now every writer scrubs it."""
+    assert secrets.is_secret_name(name)
+    if not name.startswith("-"):
+        monkeypatch.setenv(name, "s3cr3t-value-42")
+        assert secrets.scrub_text("PGPASSWORD=s3cr3t-value-42 psql") == "PGPASSWORD=*** psql"
+        assert scrub({"command": "x s3cr3t-value-42"}) == {"command": "x ***"}
+
+
+@pytest.mark.parametrize("name", ["PWD", "OLDPWD", "PATH", "PATCH_DIR", "TOKENIZER", "--max-num-batched-tokens",
+                                  "--hf-overrides", "CUDA_VISIBLE_DEVICES"])
+def test_ordinary_names_stay_readable(name: str) -> None:
+    assert not secrets.is_secret_name(name)  # PWD (the working directory) scrubbed would hide every path
+
+
+def test_a_header_or_a_json_flag_holding_a_token_is_redacted_and_remembered() -> None:
+    argv = ["srv", "--header", "Authorization: Bearer sk-header-123456", "-H", "X-Api-Key: key-in-header-9",
+            "--hf-overrides", '{"hf_token": "hf_jsonvalue_77", "rope_scaling": {"factor": 2}}',
+            '--speculative-config={"api_key": "spec-key-88888"}']
+    assert secrets.redact_argv(argv) == [
+        "srv", "--header", "Authorization: Bearer ***", "-H", "X-Api-Key: ***",
+        "--hf-overrides", '{"hf_token": "***", "rope_scaling": {"factor": 2}}',
+        '--speculative-config={"api_key": "***"}']
+    assert set(secrets.argv_secrets(argv)) == {"sk-header-123456", "key-in-header-9", "hf_jsonvalue_77",
+                                               "spec-key-88888"}
+    doc = copy.deepcopy(SPACE)
+    doc["engines"]["llamacpp"]["args"]["hf_overrides"] = '{"token": "hf_in_an_arg_0001"}'
+    doc["engines"]["llamacpp"]["args"]["header"] = "Authorization: Bearer bearer-in-arg-02"
+    parse_space(doc, "s.yaml")
+    assert {"hf_in_an_arg_0001", "bearer-in-arg-02"} <= set(secrets.known())
+
+
+def test_a_secret_as_a_categorical_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna stores every choice in trial_params.distribution_json, which no scrubber reaches."""
+    for choice in ("Authorization: Bearer sk-choice-12345", "--api-key sk-choice-12345"):
+        doc = copy.deepcopy(SPACE)
+        doc["params"] = {"extra": {"type": "categorical", "choices": ["none", choice]}}
+        with pytest.raises(SpaceError, match=r"params.extra.choices\[1\]: holds a secret"):
+            parse_space(doc, "s.yaml")
+    monkeypatch.setenv("PGPASSWORD", "env-password-77")
+    doc = copy.deepcopy(SPACE)
+    doc["params"] = {"dsn": {"type": "categorical", "choices": ["a", "postgresql://u:env-password-77@h/db"]}}
+    with pytest.raises(SpaceError, match="holds a secret"):
+        parse_space(doc, "s.yaml")

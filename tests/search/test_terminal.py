@@ -99,3 +99,50 @@ def test_tables_follow_the_terminal_width_and_use_a_wide_layout_when_piped(tmp_p
     narrow = cli_on_terminal("show", str(results), cwd=tmp_path, columns=90)
     table = [line for line in narrow.splitlines() if line.startswith(("┏", "┃", "│", "└"))]
     assert table and max(len(line) for line in table) <= 90, narrow
+
+
+def test_terminal_escapes_from_a_space_or_a_shared_study_are_shown_not_obeyed(tmp_path: Path) -> None:
+    """A space's choice and a shared study's record carry escapes (retitle the terminal, clear the
+    screen, a one-byte CSI): `search run --dry-run` and `search show` print them as text, on a
+    terminal too, while rich's own colours still pass."""
+    import yaml
+
+    evil = "q8_0\x1b]0;pwned\x07\x1b[2J\x9b31m"
+    doc = {"name": "esc", "engines": {"llamacpp": {"command": ["llama-server"]}},
+           "models": [{"name": "m", "path": "/m.gguf"}],
+           "params": {"cache_type_k": {"type": "categorical", "choices": ["f16", evil], "default": evil}},
+           "workloads": [{"name": "w", "streams": ["qa"], "max_tokens": 8}],
+           "objectives": [{"metric": "w.output_tok_s"}], "quality": {"suite": None}}
+    (tmp_path / "esc.yaml").write_text(yaml.safe_dump(doc, allow_unicode=True))
+    dry = cli_piped("run", str(tmp_path / "esc.yaml"), "--dry-run", "1", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "\x1b" not in dry.stdout and "\x9b" not in dry.stdout and "\x07" not in dry.stdout
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m" in dry.stdout
+    results = tmp_path / "results" / "shared"
+    study = optuna.create_study(storage=default_storage(results), study_name="shared", direction="maximize")
+    study.set_user_attr("objectives", [["w.output_tok_s", "maximize"]])
+    trial = study.ask()
+    rec = TrialRecord(number=0, state="complete", params={"engine": "e", "model": "m", "cache_type_k": evil},
+                      engine="e", model="m", command=f"llama-server -ctk '{evil}'", metrics={"w.output_tok_s": 1.0},
+                      objective_values=[1.0])
+    trial.set_user_attr(RECORD_ATTR, rec.summary())
+    study.tell(trial, 1.0)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "search.cli", "show", str(results)], cwd=tmp_path, stdout=follower,
+                            stderr=follower, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"})
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        drawn += data
+    proc.wait(timeout=120)
+    os.close(leader)
+    text = drawn.decode(errors="replace")
+    assert "\\x1b]0;pwned" in text and "\x1b]0;" not in text and "\x1b[2J" not in text, text[-2000:]
+    assert not re.findall(r"\x1b(?!\[[0-9;]*m)", text)  # only colours reached the terminal
