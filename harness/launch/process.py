@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -303,6 +303,30 @@ def check_port_free(host: str, port: int) -> None:
             raise StartupError("bad_host", f"cannot bind {bind_host}:{port}: {exc.strerror}", []) from None
 
 
+# What an engine gets of the tool's environment (engine_environment): the basics of any program, the
+# locale, and the variables of the GPU stacks, model hubs, compilers and thread pools that the engines
+# read. Everything else (database URLs, cloud credentials, CI tokens, FLAGSEARCH_PG_URL) stays with the
+# tool; a variable an engine needs beyond these is named in the space (`env: {NAME: ${NAME}}`).
+ENGINE_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TERM", "TZ", "LANG", "LANGUAGE", "TMPDIR", "TMP", "TEMP",
+    "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CC", "CXX", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONWARNINGS", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+})
+ENGINE_ENV_PREFIXES = ("LC_", "XDG_", "CUDA", "NVIDIA_", "NV_", "NCCL_", "CUBLAS", "CUDNN", "ROCM_", "HIP_", "HSA_",
+                       "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "TRITON_", "VLLM_",
+                       "SGLANG_", "LLAMA_", "GGML_", "OMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "ONEDNN_",
+                       "DNNL_", "FLASHINFER_", "MAX_JOBS")
+
+
+def engine_environment(spec_env: Mapping[str, str], base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a local engine starts with: the allowed part of ours (ENGINE_ENV_NAMES and
+    ENGINE_ENV_PREFIXES), then what the space and the engine module name (`spec_env`), which wins."""
+    ours = os.environ if base is None else base
+    kept = {k: v for k, v in ours.items() if k in ENGINE_ENV_NAMES or k.startswith(ENGINE_ENV_PREFIXES)}
+    return {**kept, **spec_env}
+
+
 class ProcessLauncher:
     def start(self, spec: LaunchSpec, log_path: Path) -> ProcessServer:
         cpus = check_cpus(spec.engine, spec.cpus) if spec.cpus else None  # before anything starts
@@ -310,7 +334,7 @@ class ProcessLauncher:
         check_port_free(spec.host, spec.port)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         server_id = uuid.uuid4().hex
-        env = {**os.environ, **spec.env, **reaper.tags(server_id)}
+        env = {**engine_environment(spec.env), **reaper.tags(server_id)}
         # The parent-death signal follows the *thread* that forks; only the main thread lives as
         # long as the search. Other threads rely on reaper.stop_all and reap_orphans.
         in_main = threading.current_thread() is threading.main_thread()
