@@ -31,7 +31,7 @@ class Import:
     line: int
 
     def where(self) -> str:
-        return f"{self.source.replace('.', '/')}.py:{self.line}"
+        return f"{_file(self.source)}:{self.line}"
 
 
 def modules() -> dict[str, Path]:
@@ -47,6 +47,10 @@ def modules() -> dict[str, Path]:
 
 
 MODULES = modules()
+
+
+def _file(module: str) -> str:
+    return str(MODULES[module].relative_to(ROOT))
 
 
 def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
@@ -140,7 +144,7 @@ def private_uses() -> list[str]:
             if isinstance(node, ast.Attribute) and _private(node.attr):
                 target = bound.get(ast.unparse(node.value))
                 if target and target != module:
-                    found.append(f"{module.replace('.', '/')}.py:{node.lineno}: {target}.{node.attr}")
+                    found.append(f"{_file(module)}:{node.lineno}: {target}.{node.attr}")
     return found
 
 
@@ -223,7 +227,7 @@ def test_a_config_becomes_a_run_request_in_one_place() -> None:
         if module.startswith(("search", "bench")) and module not in OWN_REQUESTS:
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "RunRequest":
-                    found.append(f"{module.replace('.', '/')}.py:{node.lineno}")
+                    found.append(f"{_file(module)}:{node.lineno}")
     assert not found, "RunRequest built outside Space.request / Resolved.run_request:\n" + "\n".join(found)
 
 
