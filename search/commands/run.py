@@ -17,6 +17,7 @@ from search.shipped import resolve_space, shipped_names
 from search.space.space import Config, Space, SpaceError, load_space
 from search.store.results import TrialRecord
 from search.store.storage import default_storage, storage_for
+from search.store.storage import study_name as checked_name
 from search.store.summary import load_view
 from search.study.study import StudyRunner
 from search.study.unified_memory import DROP_PAGE_CACHE
@@ -113,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run is not None:
         from search.study.dryrun import dry_run, previous_records
 
-        records = previous_records(Path(args.results) / (args.study or space.name), args.storage)
+        records = previous_records(Path(args.results) / checked_name(args.study or space.name), args.storage)
         for line in dry_run(space, args.dry_run, records, confirm=not args.no_confirm):
             print(printable(line))
         return 0
@@ -130,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.preflight:
             err.print("preflight: every image, checkpoint path and flag name is fine")
             return 0
-    study_name = args.study or space.name
+    study_name = checked_name(args.study or space.name)  # a folder under results/, never outside it
     results_dir = Path(args.results) / study_name
     storage = args.storage or default_storage(results_dir)
     reporter = ConsoleReporter(quiet=args.quiet, as_json=args.json,

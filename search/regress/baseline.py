@@ -27,7 +27,7 @@ from search.store.results import ResultsError, TrialState, format_version, read_
 FORMAT_NAME = "flagsearch-baseline"
 FORMAT_VERSION = 1
 FORMAT = f"{FORMAT_NAME}/{FORMAT_VERSION}"
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")  # never "..", a hidden file or a flag
 # Per-run metrics worth keeping raw in a reviewed file (the rest are derivable or noise).
 KEPT_METRICS = ("output_tok_s", "stream_tok_s", "req_s", "ttft_p50_s", "ttft_p90_s", "ttft_cold_p50_s",
                 "tpot_p50_s", "tpot_p90_s", "e2e_p50_s", "itl_p50_s", "decode_steps_s", "decode_tok_s",
@@ -110,7 +110,8 @@ class Baseline:
 
 def baseline_path(directory: Path, name: str) -> Path:
     if not _NAME.match(name):
-        raise ValueError(f"baseline name {name!r}: use letters, digits, '.', '_' and '-' only")
+        raise ValueError(f"baseline name {name!r}: use letters, digits, '.', '_' and '-' only, not starting with "
+                         "'.' or '-'")
     return directory / f"{name}.json"
 
 

@@ -384,8 +384,13 @@ class BudgetModel(Strict):
 CONSTRAINT = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=|==|<|>)\s*(-?[0-9.eE+\-]+)\s*$")
 
 
+# A name that becomes a file or folder name (the space's: results/NAME; an engine key: its preflight
+# cache): letters, digits, '_', '.', '-', not starting with '.' or '-' (so never '..', a hidden file or a flag).
+PATH_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$"
+
+
 class SpaceModel(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    name: str = Field(pattern=PATH_NAME, max_length=120)
     description: str = ""
     engines: dict[str, EngineModel] = Field(min_length=1)
     models: list[ModelModel] = Field(min_length=1)
@@ -414,6 +419,9 @@ class SpaceModel(Strict):
     @model_validator(mode="after")
     def _cross_checks(self) -> SpaceModel:
         for name, engine in self.engines.items():
+            if not re.match(PATH_NAME, name) or len(name) > 120:  # it names files (the preflight cache)
+                raise ValueError(f"engines.{name!r}: an engine key is letters, digits, '_', '.' and '-', not "
+                                 "starting with '.' or '-'")
             dialect = engine.dialect or name
             if dialect not in DIALECTS:
                 raise ValueError(f"engines.{name}: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)}); "

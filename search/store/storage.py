@@ -4,6 +4,7 @@ opened with heartbeats so that a dead worker's trial is retried, and the study's
 from __future__ import annotations
 
 import random
+import re
 import time
 import warnings
 from pathlib import Path
@@ -88,11 +89,23 @@ def counted_trials(study: optuna.Study, with_running: bool = False) -> int:
     return counted
 
 
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+
+
+def study_name(name: str) -> str:
+    """A study name, checked before it becomes a folder under results/: letters, digits, '_', '.',
+    '-', not starting with '.' or '-', so that no name (`..`, `/tmp/x`, `../x`) writes outside it."""
+    if not _STUDY_NAME.match(name) or len(name) > 120:
+        raise ResultsError(f"study name {name!r}: use letters, digits, '_', '.' and '-', not starting with '.' or "
+                           "'-' (it names the folder results/NAME)")
+    return name
+
+
 def storage_for(target: str, storage: str | None) -> tuple[str, str]:
     """(storage URL, study name) from a study name or a results folder."""
     path = Path(target)
     if storage:
-        return storage, target
+        return storage, study_name(target)
     if path.is_dir() and (path / "study.db").exists():
         return default_storage(path), path.name
     candidate = Path("results") / target
