@@ -26,7 +26,7 @@ KEEP_ENTRYPOINT = "@entrypoint"
 class Volume:
     host_path: str
     container_path: str
-    read_only: bool = False
+    read_only: bool = True  # read-only unless the space says read_only: false
 
 
 @dataclass(frozen=True)

@@ -121,15 +121,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.preflight or not args.no_preflight:
         from search.study.preflight import preflight
 
+        ran: list[str] = []
         problems = preflight(space, progress=lambda text: err.print(safe(text)) if not args.quiet else None,
-                             warn=lambda text: err.print(f"[yellow]preflight warning[/]: {safe(text)}"))
+                             warn=lambda text: err.print(f"[yellow]preflight warning[/]: {safe(text)}"), ran=ran)
+        # What preflight ran is the space's own command (its --help): said, never "nothing was started".
+        what_ran = f"; it ran only {', '.join(f'`{r}`' for r in ran)} to read the flags" if ran else \
+            "; it ran no command (the flag lists were cached)"
         for line in problems:
             err.print(f"[red]preflight[/]: {safe(line)}")
         if problems:
-            err.print(f"preflight: {len(problems)} problem(s); nothing was started")
+            err.print(f"preflight: {len(problems)} problem(s); no server was started{safe(what_ran)}")
             return Exit.USAGE
         if args.preflight:
-            err.print("preflight: every image, checkpoint path and flag name is fine")
+            err.print(f"preflight: every image, checkpoint path and flag name is fine{safe(what_ran)}")
             return 0
     study_name = checked_name(args.study or space.name)  # a folder under results/, never outside it
     results_dir = Path(args.results) / study_name

@@ -39,7 +39,7 @@ class Strict(BaseModel):
 class VolumeModel(Strict):
     host: str
     container: str
-    read_only: bool = False
+    read_only: bool = True  # a container writes to a host folder only where the space says read_only: false
 
 
 class ExpectModel(Strict):

@@ -8,7 +8,10 @@ use ("dead"), and the time estimate (search/study/estimate.py).
 
 from __future__ import annotations
 
+import getpass
 import random
+import shlex
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any
 
 import optuna
 
+from harness import flagsearch_home
 from harness.engines import get_engine
 from search.sampling.sampler import (
     FAILED_KEY,
@@ -201,9 +205,45 @@ def container_warnings(space: Space) -> list[str]:
     return out
 
 
+def trust_warnings(space: Space) -> list[str]:
+    """What in a space can reach beyond the server it starts (docs/security.md): a privileged
+    container, a writable mount of /, of the Docker socket or of $HOME, a server listening beyond this
+    machine, and a command that is not under FLAGSEARCH_HOME (the space runs it as this user)."""
+    home = Path.home().resolve()
+    tool_home = flagsearch_home.home().resolve()
+    out = []
+    for name, e in space.m.engines.items():
+        where = f"{space.source}: engines.{name}"
+        if e.launcher == "docker" and e.privileged:
+            out.append(f"{where}: privileged: true gives the container root on this machine")
+        for v in e.volumes if e.launcher == "docker" else []:
+            host = Path(v.host).resolve() if v.host.startswith("/") else None
+            sock = v.host.endswith("docker.sock")
+            if (host is not None and (host == Path("/") or host == home)) or sock:
+                kind = "the Docker socket (root on this machine)" if sock else "/" if host == Path("/") else "$HOME"
+                out.append(f"{where}.volumes: {v.host} is {kind}, mounted "
+                           + ("read-only" if v.read_only else "WRITABLE (read_only: false)"))
+        if e.host not in ("127.0.0.1", "localhost", "::1"):
+            out.append(f"{where}: host {e.host} lets other machines reach the server (and its API key, if any)")
+        command = e.command[0] if e.command else ""
+        if e.launcher == "process" and command:
+            path = Path(command if "/" in command else (shutil.which(command) or command)).resolve()
+            if not path.is_relative_to(tool_home):
+                out.append(f"{where}: runs {path} (outside FLAGSEARCH_HOME {tool_home}) as {getpass.getuser()}, "
+                           "with this user's files: trust the space as you would a script")
+    if space.m.device is not None and space.m.device.drop_page_cache:
+        out.append(f"{space.source}: device.drop_page_cache: runs {shlex.join(space.m.device.drop_page_cache)} "
+                   "before starts")
+    return out
+
+
 def dry_run(space: Space, n: int, records: Iterable[TrialRecord] = (), confirm: bool = True) -> list[str]:
     free = free_at_start(space)  # the device's free memory, where this machine is the device
     lines: list[str] = []
+    trust = trust_warnings(space)
+    if trust:  # first, before anything the user might skim past
+        lines.append("# WARNING: this space reaches beyond the server it starts (docs/security.md):")
+        lines += [f"#   {w}" for w in trust]
     if free is not None:
         lines.append(f"# unified memory: {free.available_gb:.1f} of {free.total_gb:.1f} GB free now on this machine "
                      "(caps every engine's share below)")

@@ -15,8 +15,9 @@
   only warns and ignores it.
 
 Each problem is one line naming the space file, the key, what is wrong and the fix. Nothing is
-started but `--help` (a container that prints its help and is removed), so a failed preflight
-costs seconds, not a start. `search run SPACE --preflight` runs only this; `search run` runs it
+started but each engine's `--help` (the space's own command, run on this machine as this user, or a
+container that prints its help and is removed), which the CLI names, so a failed preflight costs
+seconds, not a start. `search run SPACE --preflight` runs only this; `search run` runs it
 first and stops on any problem.
 """
 
@@ -41,7 +42,7 @@ from harness.engines.base import flag_name
 from harness.launch.spec import KEEP_ENTRYPOINT
 from search.space.schema import IntParam
 from search.space.space import Config, Space
-from search.study.dryrun import config_with, container_warnings, value_choices
+from search.study.dryrun import config_with, container_warnings, trust_warnings, value_choices
 
 HELP_TIMEOUT_S = 300.0  # vLLM imports torch before it prints its help: tens of seconds on 2 cores
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.\-]*)")
@@ -59,10 +60,14 @@ class Problem:
 
 
 def preflight(space: Space, progress: Callable[[str], None] = lambda _: None,
-              warn: Callable[[str], None] | None = None) -> list[str]:
+              warn: Callable[[str], None] | None = None, ran: list[str] | None = None) -> list[str]:
     """Every problem as one line (none: every image, checkpoint path and flag name is fine).
-    Warnings (an environment variable the build does not know) go to `warn` (default: progress)."""
+    Warnings (an environment variable the build does not know; what the space can reach beyond its
+    server, dryrun.trust_warnings) go to `warn` (default: progress). `ran` gets each command preflight
+    ran (an engine's `--help`, on this machine or in a container): the space's own command, run."""
     warn = warn or progress
+    for line in trust_warnings(space):
+        warn(line)
     for line in container_warnings(space):
         warn(line)
     problems: list[Problem] = []
@@ -75,6 +80,8 @@ def preflight(space: Space, progress: Callable[[str], None] = lambda _: None,
             continue  # no image or executable: its flags cannot be read
         progress(f"preflight: reading the flags of {engine} ({help_label(settings)})")
         known, why_not = known_flags(settings)
+        if why_not != "cached" and ran is not None:
+            ran.append(help_label(settings))
         if known is None:  # a build whose help cannot be read is not a wrong config: said, not fatal
             progress(f"preflight: flag names of {engine} not checked: {why_not}")
         else:
