@@ -131,6 +131,19 @@ class _SharedVllm:
         return running.server
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _noise_store_of_the_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The runs tests make add their residuals to a noise store of their own (search/verdicts/noise_store.py),
+    not to the shared FLAGSEARCH_HOME's, whose spreads later comparisons may borrow."""
+    before = os.environ.get("FLAGSEARCH_NOISE")
+    os.environ["FLAGSEARCH_NOISE"] = str(tmp_path_factory.mktemp("noise"))
+    yield
+    if before is None:
+        os.environ.pop("FLAGSEARCH_NOISE", None)
+    else:
+        os.environ["FLAGSEARCH_NOISE"] = before
+
+
 @pytest.fixture(scope="session")
 def _vllm_shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_SharedVllm]:
     shared = _SharedVllm(tmp_path_factory.mktemp("vllm"))

@@ -21,6 +21,7 @@ from search.regress.ab import (
     SequentialPlan,
     Subject,
     measure_alone,
+    record_noise,
     report_from_run,
     run_interleaved,
     sequential_stop,
@@ -216,6 +217,7 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     run = run_interleaved(a, b, workloads, settings, args.rounds, work,
                           space.m.quality.suite, restart=not args.keep_servers, progress=progress_printer(args.quiet),
                           stop=sequential_stop(plan) if gated else None)
+    record_noise(run, gated, title)  # the noise store learns this setup's spread (search/verdicts/noise_store.py)
     return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
 
 

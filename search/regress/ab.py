@@ -33,6 +33,7 @@ from search.regress.gate_report import GateReport
 from search.regress.log_diff import log_diff
 from search.regress.sides import SideResult
 from search.space.space import Config, Resolved, Space
+from search.verdicts import noise_store
 from search.verdicts.boundaries import looks_text
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_CONFIDENCE, DEFAULT_MIN_EFFECT, MetricVerdict, compare
 from search.verdicts.sequential import (
@@ -42,6 +43,7 @@ from search.verdicts.sequential import (
     compare_paired,
     compare_quality,
     family_alpha,
+    paired_logs,
     settled,
 )
 
@@ -388,10 +390,34 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
             return compare_errors(metric, int(sum(a.samples.get(metric, []))), int(sum(a.samples[req])),
                                   int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated)
     if metric in a.runs and metric in b.runs:
+        prior = noise_store.prior(noise_key(run, metric)) if gated and noise_store.borrowing() else None
         return compare_paired(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
-                              looks=looks, gated=gated, boundary=run.boundary)
+                              looks=looks, gated=gated, boundary=run.boundary, prior=prior)
     if metric == "startup.ready_s" and metric in a.samples and metric in b.samples:
         return compare_paired(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
                               min_effect=min_effect, alpha=alpha, looks=looks, gated=gated, boundary=run.boundary)
     return compare(metric, a.samples.get(metric, []), b.samples.get(metric, []), min_effect=min_effect, alpha=alpha,
                    confidence=confidence, gated=gated)
+
+
+def noise_key(run: ABRun, metric: str) -> str:
+    """The noise store's setup of a metric in this run (search/verdicts/noise_store.py): host, engine, model,
+    workload (kept servers apart: their rounds hold no start-to-start spread), metric."""
+    fp = run.a.fingerprint
+    kept = 0 < len(run.a.samples.get("startup.ready_s", [])) < run.rounds_done
+    workload, _, leaf = metric.partition(".")
+    return noise_store.setup_key(str(fp.get("host", "")), str(fp.get("engine", "")), str(fp.get("model_id", "")),
+                                 workload + ("+kept" if kept else ""), leaf)
+
+
+def record_noise(run: ABRun, gated: list[str], source: str) -> int:
+    """Add a finished run's round differences of each gated metric to the noise store; how many were added. A run
+    cut short or with a side that failed adds nothing (its rounds may not be a whole run's)."""
+    if run.interrupted or run.a.failure or run.b.failure:
+        return 0
+    added = 0
+    for metric in gated:
+        if metric in run.a.runs and metric in run.b.runs:
+            diffs = [b - a for a, b in paired_logs(run.a.runs[metric], run.b.runs[metric])]
+            added += noise_store.add(noise_key(run, metric), diffs, source) is not None
+    return added

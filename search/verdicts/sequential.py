@@ -64,6 +64,7 @@ from search.verdicts.gate import (
     decide,
     metric_direction,
 )
+from search.verdicts.noise_store import SpreadPrior, borrowed_threshold
 from search.verdicts.paired_spread import paired_spread, pct, pool, rounds_text
 
 
@@ -81,21 +82,34 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
                    direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                    alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
                    looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0,
-                   boundary: str = "pocock") -> MetricVerdict:
+                   boundary: str = "pocock", prior: SpreadPrior | None = None) -> MetricVerdict:
     """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
 
     ratio: exp(mean within-round log difference); interval 1 - p* wide, a repeated 1 - alpha one; mde: the
     smallest change this many rounds detect with `power` at the measured spread of differences.
-    floor_sd: the least spread a difference can have (coarse values: `quantisation_sd`)."""
+    floor_sd: the least spread a difference can have (coarse values: `quantisation_sd`). prior: the spread this
+    setup's earlier runs measured (search/verdicts/noise_store.py), used where it is at least this run's own, at its
+    degrees of freedom and the threshold simulated for that rule (Pocock plans only)."""
     pairs = paired_logs(runs_a, runs_b)
     la, lb = [a for a, _ in pairs], [b for _, b in pairs]
 
     def spread(diffs: np.ndarray) -> RoundSpread:
         parts = paired_spread(la, lb, runs_a, runs_b)
-        return RoundSpread(float(diffs.std(ddof=1)), diffs.size - 1,
-                           f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}",
-                           lambda: parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power,
-                                                                         boundary=boundary)))
+        own = float(diffs.std(ddof=1))
+        note = f"{diffs.size} rounds paired x {parts.runs:.2g} runs; {parts.describe()}"
+
+        def advice() -> str:
+            return parts.advice(lambda sd: rounds_needed(sd, min_effect, alpha, power, boundary=boundary))
+
+        if prior is not None and boundary == "pocock" and diffs.size >= 2:
+            plan = tuple(looks) if looks else (diffs.size,)
+            if prior.sd >= own:
+                return RoundSpread(prior.sd, prior.df, f"{note}; spread {100 * prior.sd:.2f}% borrowed from this "
+                                   f"setup's earlier runs ({prior.describe()}; this run's own {100 * own:.2f}% is "
+                                   "below it)", advice, borrowed_threshold(plan, alpha, prior))
+            return RoundSpread(own, diffs.size - 1, f"{note}; this run's own spread, above the {100 * prior.sd:.2f}% "
+                               "its setup's earlier runs measured, used alone", advice)
+        return RoundSpread(own, diffs.size - 1, note, advice)
 
     return verdict_on_differences(metric, la, lb, spread, "fewer than 2 rounds with both sides measured",
                                   direction, min_effect, alpha, power, looks, gated, floor_sd, boundary)
@@ -111,6 +125,7 @@ class RoundSpread:
     df: int
     note: str
     advice: Callable[[], str] | None = None
+    p_threshold: float | None = None  # this look's threshold where the spread's rule has its own (a borrowed spread)
 
 
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
@@ -143,7 +158,7 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                                               f"resolution allows", used.advice)
     se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
-    p_star = look_p_threshold(plan, n, alpha, boundary)
+    p_star = used.p_threshold if used.p_threshold is not None else look_p_threshold(plan, n, alpha, boundary)
     t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
     p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
@@ -157,7 +172,7 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                f"advance it would be {100 * (1 - p_star):.3g}%)" if len(plan) > 1 else "")
             + drift_note(diffs))
     adjusted = math.nan
-    if verdict in ("regressed", "improved") and len(plan) > 1 and n in plan and se > 0:
+    if verdict in ("regressed", "improved") and len(plan) > 1 and n in plan and se > 0 and used.p_threshold is None:
         thresholds = [look_p_threshold(plan, k, alpha, boundary) for k in plan]
         adjusted = exp_or_inf(median_unbiased_log_ratio(d, used.sd, n, plan, thresholds))
         note += (f"; a sequential plan stops when the difference happens to look large, so the measured "
