@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +249,20 @@ class _Images:
             raise self.remote
         return self.remote
 
+    def stream_pull(self, repository: str, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
+        """The low-level streaming pull (client.api.pull), as the daemon answers it: progress events, then the
+        pulled image is the local one."""
+        self.pulls.append(f"{repository}:{tag}")
+        if isinstance(self.remote, Exception):
+            raise self.remote
+        yield {"status": "Downloading", "progressDetail": {"current": 5, "total": 10}, "id": "layer"}
+        yield {"status": "Pull complete", "id": "layer"}
+        self.local = self.remote
+
+    @property
+    def client(self) -> Any:
+        return type("C", (), {"images": self, "api": type("Api", (), {"pull": staticmethod(self.stream_pull)})()})()
+
 
 def test_a_tag_is_pulled_every_time_and_pinned_to_tonights_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     import docker
@@ -256,7 +272,7 @@ def test_a_tag_is_pulled_every_time_and_pinned_to_tonights_digest(monkeypatch: p
 
     last_night, tonight = "a" * 64, "b" * 64
     images = _Images(local=_Image(last_night), remote=_Image(tonight))
-    monkeypatch.setattr(docker, "from_env", lambda **_: type("C", (), {"images": images})())
+    monkeypatch.setattr(docker, "from_env", lambda **_: images.client)
     seen: list[str] = []
     pinned, manifest = resolve_image("vllm/vllm-openai:nightly", seen.append)
     # The copy on disk (last night's) is not what runs: the tag is pulled, and tonight's digest recorded.
