@@ -54,5 +54,9 @@ lint: tool
 	$(BIN)/ruff check search harness tests bench
 	$(BIN)/mypy
 
+# The space's JSON Schema for editors, from search/space/schema.py (tests/search/test_schema_init.py keeps it current).
+schema: tool
+	$(BIN)/search schema -o spaces/space.schema.json
+
 clean-results:
 	rm -rf results

@@ -27,7 +27,7 @@ def validator() -> jsonschema.Draft202012Validator:
 
 def test_the_committed_schema_is_the_models_schema() -> None:
     assert (REPO / "spaces" / "space.schema.json").read_text() == schema_text(), \
-        "run `search schema -o spaces/space.schema.json` after changing search/space/schema.py"
+        "run `make schema` (search schema -o spaces/space.schema.json) after changing search/space/schema.py"
 
 
 @pytest.mark.parametrize("space", SHIPPED, ids=[p.stem for p in SHIPPED])
