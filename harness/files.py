@@ -29,6 +29,7 @@ MAX_YAML_BYTES = 1 << 20  # 1 MiB: a space file is a few KB
 MAX_JSON_BYTES = 64 << 20  # result records hold raw samples (a few MB for long runs)
 MAX_DEPTH = 64
 MAX_NODES = 200_000  # scalars + containers once every alias is expanded
+MAX_EXPANDED_BYTES = 16 << 20  # the text those values hold once expanded (a space file is a few KB)
 
 
 class InputError(ValueError):
@@ -117,10 +118,13 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
 
-def _expanded_size(root: yaml.Node, source: str, max_nodes: int) -> int:
+def _expanded_size(root: yaml.Node, source: str, max_nodes: int, max_bytes: int = MAX_EXPANDED_BYTES) -> int:
     """Nodes in the tree once every alias is expanded, counted once per distinct node (memoized),
-    so that the count itself stays linear in the file while the expansion may be exponential."""
+    so that the count itself stays linear in the file while the expansion may be exponential; and
+    the text it expands to, since a few aliases of one long string fill memory under any node cap
+    (a 600 KB string aliased 100,000 times: 60 GB in 200,000 nodes)."""
     sizes: dict[int, int] = {}
+    text: dict[int, int] = {}
     on_path: set[int] = set()
     # Iterative post-order walk: (node, children done?)
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -133,7 +137,11 @@ def _expanded_size(root: yaml.Node, source: str, max_nodes: int) -> int:
             if total > max_nodes:
                 raise InputError(source, f"expands to more than {max_nodes} values (nested YAML aliases? "
                                          f"line {node.start_mark.line + 1})")
-            sizes[key] = total
+            chars = len(node.value) if isinstance(node, yaml.ScalarNode) else sum(text[id(c)] for c in _children(node))
+            if chars > max_bytes:
+                raise InputError(source, f"expands to more than {max_bytes >> 20} MiB of text (YAML aliases of a "
+                                         f"long value? line {node.start_mark.line + 1})")
+            sizes[key], text[key] = total, chars
             continue
         if key in sizes:
             continue

@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         # A URL that does not parse or names a driver not installed is the user's to fix.
         given = isinstance(exc, sqlalchemy.exc.ArgumentError | ImportError)
         return Exit.USAGE if given else Exit.FAILED
+    except OSError as exc:  # a file or folder the OS refused (read-only, full, missing): one line naming it
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[red]error[/]: {safe(where)}{safe(exc.strerror or exc)}")
+        return Exit.USAGE
     except Terminated:
         stop_all()
         err.print("[yellow]terminated[/]: servers stopped; finished trials are stored")

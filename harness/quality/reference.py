@@ -35,7 +35,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.engines import get_engine
-from harness.files import load_json, parse_yaml
+from harness.files import InputError, load_json, parse_yaml
 from harness.measure.client import server_client
 from harness.quality.logprobs import Position, generate, parse_positions
 
@@ -147,7 +147,13 @@ class ReferenceStore:
         path = self.path(key)
         if not path.exists():
             return None
-        return ReferenceAnswers.from_dict(load_json(path))
+        data = load_json(path)
+        try:
+            return ReferenceAnswers.from_dict(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # damaged or hand-edited: one line
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())[:200]
+            raise InputError(str(path), f"not a stored set of reference answers ({what}); delete it to capture "
+                                        "them again") from None
 
     def save(self, ref: ReferenceAnswers) -> Path:
         path = self.path(ref.key)

@@ -10,6 +10,7 @@ shows them.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -95,10 +96,34 @@ def _secret_params(model: SpaceModel, source: str) -> None:
                                  "in the study with every choice; give it as an engine arg or env (`${VAR}`)")
 
 
+# The largest magnitude a number in a space may have: ranges are sampled and priced as floats, so
+# 10**4000 (an OverflowError) or +-1e308 (a range whose width is inf) would crash the sampler, and
+# 2**63 is past what an engine flag takes anyway.
+MAX_MAGNITUDE = 1e18
+
+
+def _check_numbers(node: Any, source: str, path: str = "") -> None:
+    """Every number in a space is finite and of sane size: `.nan` or `.inf` as a time would never
+    time out, as a choice or a range bound it breaks the sampler. An error names the key."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _check_numbers(v, source, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_numbers(v, source, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise SpaceError(f"{source}: {path or '(top level)'}: {node} is not a finite number")
+    elif isinstance(node, int | float) and not isinstance(node, bool) and abs(node) > MAX_MAGNITUDE:
+        digits = int(node.bit_length() * 0.30103) + 1 if isinstance(node, int) else 0  # str() refuses 4300+ digits
+        shown = f"{node:.3g}" if isinstance(node, float) else f"an integer of about {digits} digits"
+        raise SpaceError(f"{source}: {path or '(top level)'}: {shown} is out of range (at most 1e18 in size)")
+
+
 def parse_space(data: Any, source: str = "<space>") -> Space:
     if not isinstance(data, dict):
         raise SpaceError(f"{source}: the space must be a mapping of keys, got {type(data).__name__}")
     try:
+        _check_numbers(data, source)
         data = _expand_tree(data, source)
         secrets.remember(secrets.doc_secrets(data))  # before validation: an error message may quote one
         model = SpaceModel.model_validate(data)

@@ -24,7 +24,10 @@ BUDGET_ATTR = "counts_in_budget"  # False for duplicates and skips: they cost no
 
 
 def default_storage(results_dir: Path) -> str:
-    results_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a read-only or full results folder: one line, never a traceback
+        raise ResultsError(f"cannot create the results folder {results_dir}: {exc.strerror or exc}") from None
     return f"sqlite:///{(results_dir / 'study.db').resolve()}"
 
 
