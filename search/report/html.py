@@ -20,7 +20,7 @@ from search.report.plots import (
 )
 from search.report.tables import trials_frame
 from search.space.schema import REQUEST_SIDE
-from search.store.results import TrialState, scrub_text
+from search.store.results import TrialRecord, TrialState, scrub_text
 from search.store.summary import StudyView
 from search.study.curves import best_per_point, best_per_workload, switch_points
 from search.study.noise import noise_line
@@ -76,12 +76,28 @@ def _trials_section(view: StudyView) -> str:
         cells += [_e(row["quality"]), _e(row["errors"]), html.escape(ready), _e(row["wall_s"]),
                   html.escape(row["note"])]
         rows.append(cells)
-        classes.append("best" if r.number in best else ("failed" if r.state == TrialState.FAILED else
-                                                         ("infeasible" if not StudyView.is_feasible(r) else "")))
+        classes.append(_row_class(r, best))
     legend = ('<p class="hint">Rows in green are the best feasible config(s); orange rows violate a '
-              "constraint; red rows failed. × default is each objective's value over the engine "
+              "constraint; red rows failed; grey rows are duplicates (an identical config's result, not "
+              "run again). × default is each objective's value over the engine "
               "default's (trial #" + fmt(view.baseline_number) + "). Click a header to sort.</p>")
     return legend + html_table(columns, rows, "trials", classes)
+
+
+def _row_class(r: TrialRecord, best: set[int]) -> str:
+    """A trials-table row's class: a duplicate is a copy, not a constraint violation."""
+    if r.number in best:
+        return "best"
+    if r.state == TrialState.FAILED:
+        return "failed"
+    if r.state == TrialState.DUPLICATE:
+        return "duplicate"
+    return "infeasible" if not StudyView.is_feasible(r) else ""
+
+
+def _md(text: str) -> str:
+    """Escaped text with its Markdown `code` spans (a command to paste) as <code>, not literal backticks."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
 
 
 def _best_section(inp: ReportInput) -> str:
@@ -263,6 +279,7 @@ td { font-variant-numeric: tabular-nums; }
 #trials td:last-child { min-width: 260px; max-width: 420px; word-break: break-word; }
 tr.best td { background: var(--green); } tr.failed td { background: var(--red); }
 tr.infeasible td { background: var(--orange); }
+tr.duplicate td { color: #777; }
 .state { font-weight: 600; } .state.failed { color: #b71c1c; } .state.complete { color: #1b7a3e; }
 figure { margin: 8px 0; } figure svg { width: 100%; height: auto; max-width: 900px; display: block; }
 details summary { cursor: pointer; color: var(--muted); font-size: 12.5px; margin: 6px 0 2px; }
@@ -292,7 +309,7 @@ def _verdict_section(view: StudyView) -> str:
     """The confirmation (fresh starts, interleaved) apart from the single-measurement ranking."""
     c = view.confirmation
     noise = noise_line(view)
-    text = f"<p><strong>{_e(view.verdict())}</strong></p>" + (f"<p>{_e(noise)}</p>" if noise else "")
+    text = f"<p><strong>{_md(view.verdict())}</strong></p>" + (f"<p>{_md(noise)}</p>" if noise else "")
     if c is None:
         return text
     rows = []

@@ -15,10 +15,18 @@ import optuna
 from optuna.trial import TrialState
 
 from search.store.results import ResultsError, TrialRecord
+from search.store.results import TrialState as RecordState
 from search.store.summary import StudyView
 
 BLUE, GREEN, ORANGE, RED, GREY = "#2f6db5", "#1b9e4b", "#e08a1e", "#c62828", "#8a8f98"
 PHASE_COLORS = ("#2f6db5", "#e08a1e", "#1b9e4b", "#8e44ad", "#c62828", "#16a2b8", "#795548", "#d81b60")
+
+
+def _violates(r: TrialRecord) -> bool:
+    """Measured but outside a constraint. A duplicate is a copy of another trial's result, drawn once
+    as that trial, never as a second point (it used to appear as "infeasible (constraint violated)")."""
+    return (r.objective_values is not None and r.state != RecordState.DUPLICATE
+            and not StudyView.is_feasible(r))
 
 
 def _figure(width: float, height: float) -> Any:
@@ -77,7 +85,7 @@ def _history_svg(view: StudyView) -> str:
     ax = fig.add_subplot()
     _style(ax)
     feas = [r for r in records if StudyView.is_feasible(r)]
-    infeas = [r for r in records if r.objective_values is not None and not StudyView.is_feasible(r)]
+    infeas = [r for r in records if _violates(r)]
     failed = [r for r in records if r.objective_values is None]
     ax.scatter([r.number for r in feas], [_value(r, 0) for r in feas], color=BLUE, s=36, zorder=3,
                label="feasible trial")
@@ -124,7 +132,7 @@ def _pareto_svg(view: StudyView) -> str:
         return [_value(r, 0) for r in rs], [_value(r, 1) for r in rs]
 
     dominated = [r for r in records if StudyView.is_feasible(r) and r.number not in front]
-    infeas = [r for r in records if not StudyView.is_feasible(r)]
+    infeas = [r for r in records if _violates(r)]
     on_front = sorted((r for r in records if r.number in front), key=lambda r: (r.objective_values or [0])[0])
     if dominated:
         ax.scatter(*xy(dominated), color=BLUE, alpha=0.55, s=34, zorder=3, label="feasible, dominated")

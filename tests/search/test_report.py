@@ -412,3 +412,22 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     missing = search_cli("report", str(tmp_path / "nope"), "--html", str(tmp_path / "x.html"))
     assert missing.returncode == 2 and "no study found" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_duplicates_are_not_drawn_or_classed_as_infeasible_and_commands_are_code(tmp_path: Path) -> None:
+    """A duplicate (state duplicate, constraints met) is a copy of another trial: its row is grey,
+    never the infeasible class, and no plot draws it as "infeasible (constraint violated)"; the
+    verdict's `search confirm` is code, not literal backticks."""
+    import html as html_lib
+
+    page = render_html(unit_input(tmp_path))
+    rows = re.findall(r'<tr class="([^"]*)">\s*<td[^>]*>(\d+)</td>', page)
+    classes = {int(n): c for c, n in rows}
+    assert classes[4] == "duplicate" and classes[2] == "infeasible", classes
+    view = single_view()
+    only_copies = StudyView("unit", view.objectives, [r for r in view.records if r.number != 2], 0)
+    svg = objective_plot_svg(only_copies)
+    assert "infeasible" not in (svg or ""), "a duplicate was drawn as a constraint violation"
+    verdict = re.search(r'id="verdict".*?<strong>(.*?)</strong>', page, re.S)
+    assert verdict is not None and "`" not in html_lib.unescape(verdict.group(1)), verdict
+    assert "<code>search confirm</code>" in verdict.group(1)
