@@ -280,3 +280,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("vllm"))
         elif {"real_study", "rendered"} & names:
             item.add_marker(pytest.mark.xdist_group("report-study"))
+
+
+# ---- statistical real-engine tests: which branch each took ---------------------------------------
+# A few real-engine tests assert either the detection (a real -10% found, a slower config confirmed
+# slower, the first bad build named) or, on a host too noisy for it, the honest fallback (inconclusive,
+# with the change it could have seen). Each records the branch it took; the summary counts them, so a
+# green suite that never detected anything shows it.
+BRANCH = "statistical_branch"
+
+
+@pytest.fixture
+def record_branch(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """record_branch("detected" | "fallback", why): kept on the test's report (xdist carries it)."""
+    def record(kind: str, why: str = "") -> None:
+        assert kind in ("detected", "fallback"), kind
+        request.node.user_properties.append((BRANCH, f"{kind}: {why}" if why else kind))
+        print(f"{request.node.name}: took the {kind} branch{': ' + why if why else ''}")
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    taken = [(report.nodeid, value) for key in ("passed", "failed") for report in terminalreporter.stats.get(key, [])
+             if getattr(report, "when", "") == "call" for name, value in getattr(report, "user_properties", [])
+             if name == BRANCH]
+    if not taken:
+        return
+    detected = sum(1 for _, v in taken if v.startswith("detected"))
+    terminalreporter.section("statistical real-engine tests: the branch each took")
+    for nodeid, value in taken:
+        terminalreporter.write_line(f"{nodeid}: {value}")
+    terminalreporter.write_line(f"detected {detected}, fallback {len(taken) - detected} (of {len(taken)}): "
+                                + ("no detection ran in this suite" if not detected else "the detection ran"))

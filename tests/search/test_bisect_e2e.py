@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 
-def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> None:
+def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path,
+                                                            record_branch: Callable[[str, str], None]) -> None:
     # Two runs a round, no warm-up: the sides differ by 50%, far beyond a run's spread (2-4% alone),
     # and the first round's cold server is paired with the other side's.
     space = tiny_llama_space(tmp_path, repeats=2, warmup=False)
@@ -68,11 +70,13 @@ def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path) -> N
         # Named only after the adjacent pair itself (last good b1, first bad b2) was measured regressed.
         assert any((p["good"], p["build"], p["verdict"]) == (1, 2, "regressed") for p in probes), probes
         assert "First regressed build: `b2-throttled`" in text
+        record_branch("detected", "first bad build b2 named")
     else:
         # Under a heavy load the A/A probe (b1 vs b0) can stay inconclusive at the round cap; the answer
         # is then the narrowest range, which must still hold exactly b1 and b2.
         assert answer["outcome"] == "inconclusive" and answer["range_"] == [1, 2] and code == 3, (answer, probes)
         assert any(p["build"] == 1 and p["verdict"] == "inconclusive" and p["rounds"] == 5 for p in probes)
+        record_branch("fallback", "A/A probe inconclusive at the cap: range b1..b2")
     assert "| b0 | b3-throttled |" in text
     # Resuming a finished bisection measures nothing more and gives the same answer.
     assert main(argv) == code

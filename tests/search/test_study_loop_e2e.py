@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,8 @@ def throttled_space(name: str) -> dict[str, Any]:
 
 
 @pytest.mark.serial
-def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_path: Path) -> None:
+def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(
+        tmp_path: Path, record_branch: Callable[[str, str], None]) -> None:
     box: list[StudyRunner] = []
     hook = stall_during(0, box)
     events = Events(hook)
@@ -184,6 +186,7 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
     assert result.winner is None, result.answer  # the stall crowned no one
     if result.contended:  # other programs took the CPU: the tool says so rather than judge
         assert "withheld" in result.answer
+        record_branch("fallback", "contended: verdict withheld")
         return
     if verdicts["1"] != "regressed":
         # Two fresh-clone runs saw this objective (end-to-end tok/s: a fresh start's first token included)
@@ -191,8 +194,10 @@ def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(tmp_
         # change it could have seen, and still read the direction.
         assert verdicts["1"] == "inconclusive" and "could detect" in result.answer, result.answer
         assert result.verdicts["1"]["ratio"] < 0.9, result.answer
+        record_branch("fallback", f"inconclusive at ratio {result.verdicts['1']['ratio']:.2f}")
         return
     assert "stays best" in result.answer or "distinguishable" in result.answer
+    record_branch("detected", f"slower config confirmed regressed ({result.verdicts['1']['ratio']:.2f}x)")
 
 
 def test_a_time_budget_stops_a_real_study(tmp_path: Path) -> None:
