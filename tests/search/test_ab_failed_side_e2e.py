@@ -52,6 +52,6 @@ def test_a_side_that_fails_to_start_is_reported_as_failed(tmp_path: Path, capsys
     assert report["fingerprint_differences"] == [] and report["log_diff"] == []
     md = (out / "report.md").read_text()
     assert f"B = `{failed['command']}`" in md  # B is labelled by its command, not the space name
-    assert md.splitlines()[0].startswith("## ab: **ERROR: B (bad_flag) FAILED TO START** (exit 2)")
+    assert md.splitlines()[0].startswith("## ab: **ERROR: B (bad_flag) FAILED TO START** (exit 7)")
     assert "cpu_model" not in md and "None" not in md
     assert "**CLAIM" not in md.splitlines()[0]  # no claim verdict on a comparison that never ran
