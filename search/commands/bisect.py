@@ -10,18 +10,29 @@ Exit codes as `regress`: 0 no regression in the range, 1 the first regressed bui
 from __future__ import annotations
 
 import argparse
+import itertools
 from pathlib import Path
 
 from search.regress.baseline import parse_assignments
 from search.regress.bisect import BisectPlan, bisect, build_list
+from search.regress.confounding import confounded, origin
+from search.regress.nightly import on_engine
 from search.regress.sides import resolve_source
+from search.terminal import make_console
 from search.verdicts.gate import DEFAULT_ALPHA, DEFAULT_MIN_EFFECT
 from search.verdicts.sequential import MIN_STARTS
+
+err = make_console(stderr=True)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     src = resolve_source(args.source, parse_assignments(args.set))
-    specs = build_list(args.builds, args.build, args.pip_range)
+    settings = src.space.engine_settings(src.config.engine)
+    # A wheel for a Docker engine is installed into its image; builds of different base images confound.
+    specs = [on_engine(spec, settings) for spec in build_list(args.builds, args.build, args.pip_range)]
+    for earlier, later in itertools.pairwise(specs):
+        if warning := confounded(origin(earlier, settings), origin(later, settings)):
+            err.print(f"[yellow]warning[/]: {earlier.name} -> {later.name}: {warning}")
     # A paired test needs a few rounds for its spread to mean anything (df = rounds - 1).
     rounds = args.rounds or MIN_STARTS + 1
     metric = args.metric or (src.baseline.gated_metrics()[0] if src.baseline else src.space.m.objectives[0].metric)

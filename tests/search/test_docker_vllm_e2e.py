@@ -51,7 +51,7 @@ def quick_space(tmp: Path) -> Path:
     doc["measure"] = {"repeats": 1, "warmup": False, "request_timeout_s": 120}
     doc.pop("quality", None)
     path = tmp / "space.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
