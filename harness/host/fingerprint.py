@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 
+from harness.builds.provenance import Inside, try_read_inside
 from harness.engines import DIALECTS, Engine, get_engine
 from harness.launch.cpus import format_cpu_list, parse_cpu_list
 from harness.launch.spec import LaunchSpec, redact_argv, redact_env
@@ -173,6 +174,15 @@ def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
     out["launcher"] = spec.launcher
     if spec.image:
         out["image"] = spec.image
+    if spec.launcher == "docker" and spec.image:
+        # A container's engine environment is the image's: what it holds, read inside it (once per image).
+        inside = image_inside(spec.image)
+        if inside is not None:
+            out["image_inside"] = inside.as_dict()
+            for key, value in (("torch", inside.torch), ("torch_cuda", inside.torch_cuda),
+                               ("engine_commit", inside.commit), ("engine_version", inside.version)):
+                if out.get(key) is None and value is not None:
+                    out[key] = value
     out["argv"] = redact_argv(spec.argv)
     out["command"] = spec.command_line()  # redacts secret flags, values and env itself
     out["env"] = redact_env(spec.env)
@@ -180,6 +190,17 @@ def fingerprint(spec: LaunchSpec, model_path: str, engine_python: str | None,
     # model's GPU decode spread from ~2% to ~1%, so a pinned and an unpinned side are not alike.
     out["cpus"] = format_cpu_list(parse_cpu_list(spec.cpus)) if spec.cpus else None
     return out
+
+
+_INSIDE: dict[str, Inside | None] = {}
+
+
+def image_inside(image: str) -> Inside | None:
+    """What a local image holds (harness/builds/provenance.py), cached for the process; None when it
+    cannot be read (no Python in it, no Docker engine)."""
+    if image not in _INSIDE:
+        _INSIDE[image] = try_read_inside(image)[0]
+    return _INSIDE[image]
 
 
 def material_differences(a: dict[str, Any], b: dict[str, Any], allowed: tuple[str, ...] = ()) -> list[str]:

@@ -44,12 +44,13 @@ def vllm_image(docker_client: docker.DockerClient) -> str:
 
 
 def quick_space(tmp: Path) -> Path:
-    """spaces/smollm2-cpu-docker.yaml with one short workload, one run a start, no quality suite."""
+    """spaces/smollm2-cpu-docker.yaml with one short workload, one run a start, no quality suite (the
+    space's own is the smoke suite: seconds a start it would add to every start)."""
     doc = yaml.safe_load((REPO / "spaces" / "smollm2-cpu-docker.yaml").read_text())
     doc["workloads"] = [{"name": "single", "streams": ["qa"], "max_tokens": 16}]
     doc["objectives"] = [{"metric": "single.decode_tok_s", "direction": "maximize"}]
     doc["measure"] = {"repeats": 1, "warmup": False, "request_timeout_s": 120}
-    doc.pop("quality", None)
+    doc["quality"] = {"suite": None}
     path = tmp / "space.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -64,8 +65,12 @@ def test_a_real_vllm_server_runs_in_a_container_through_the_session(vllm_image: 
         measured = session.run(request, [WorkloadSpec("single", ("qa",), max_tokens=16)],
                                MeasureSettings(repeats=1, warmup=False))
     result = measured.workloads["single"]
-    assert result.errors == 0 and result.output_tokens > 0
-    assert measured.startup.get("version") == "0.32.0"  # vLLM's own log line, from inside the container
+    tokens = [r.output_tokens for sample in result.samples for r in sample.requests]
+    assert result.errors == 0 and tokens and all(t == 16 for t in tokens)  # usage counts, from the container
+    assert measured.startup.version == "0.32.0"  # vLLM's own log line, from inside the container
+    # The engine environment is the image's, read inside it: the fingerprint holds vLLM and torch.
+    assert measured.fingerprint["image_inside"]["version"] == "0.32.0"
+    assert measured.fingerprint["torch"] == "2.13.0+cpu" and measured.fingerprint["launcher"] == "docker"
     assert measured.command.startswith("docker run") and vllm_image in measured.command
     assert "--init" in measured.command and ":ro" in measured.command  # the model is mounted read-only
     assert (tmp_path / "logs" / "server.log").read_text().count("vLLM API server version") >= 1
