@@ -72,10 +72,12 @@ def test_a_killed_confirmation_resumes_from_its_stored_rounds(tmp_path: Path) ->
 
     # Resumed, then Ctrl-C once a further round is stored: one line, exit 130, the rounds kept.
     code, out, err = confirm_until(space, folder, storage, first["rounds"] + 1, signal.SIGINT)
-    assert f"resuming the interrupted confirmation: {first['rounds']} of at most {ROUNDS} rounds" in out, out + err
+    # Progress is on stderr (docs/cli.md), the interruption its one last line.
+    assert f"resuming the interrupted confirmation: {first['rounds']} of at most {ROUNDS} rounds" in err, out + err
     assert code == 130 and "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("interrupted: servers stopped;") and "resumes them" in lines[0]
+    said = [line for line in lines if line.startswith("interrupted")]
+    assert said == [lines[-1]] and said[0].startswith("interrupted: servers stopped;") and "resumes them" in said[0]
     second = stored(storage, "resume")
     assert second["complete"] is False and second["rounds"] > first["rounds"]
     for arm in second["arms"]:  # the stored rounds are the same values, not re-measured
