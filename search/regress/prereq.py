@@ -144,5 +144,5 @@ def check_claim_prerequisites(claims: list[Claim], base: Subject, space: Space, 
         shown, unshown = path_prerequisites(base.settings.dialect, changed, info)
         if shown:
             progress("the PR's code runs on this path in the base run: " + "; ".join(shown))
-        missing += [f"{line} ({work})" for line in unshown]
+        missing += [f"{line} ({work})" + (f"; {'; '.join(gaps)}" if gaps else "") for line in unshown]
     return missing

