@@ -79,3 +79,19 @@ def add_pull_request(repo: Path, module: str) -> str:
     git(repo, "update-ref", "refs/pull/1/head", head)
     git(repo, "checkout", "-q", "main")
     return head
+
+
+def pull_request_repo(root: Path, number: int, branch: str = "pr") -> tuple[Path, str]:
+    """A git repository at `root` with a main commit and one more published as refs/pull/NUMBER/head
+    (as a host publishes a pull request); (the repository, the PR head's commit)."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    (root / "README").write_text("base\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "base")
+    git(root, "checkout", "-q", "-b", branch)
+    (root / "README").write_text("the PR\n")
+    git(root, "commit", "-qam", "the PR")
+    head = git(root, "rev-parse", "HEAD")
+    git(root, "update-ref", f"refs/pull/{number}/head", head)
+    return root, head

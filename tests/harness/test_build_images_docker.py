@@ -12,7 +12,7 @@ import pytest
 from harness.builds.builds import ensure_build, parse_build, pinned_text
 from harness.builds.images import resolve_image
 from tests.conftest import TEST_IMAGE
-from tests.fake_builds import git
+from tests.fake_builds import pull_request_repo
 
 pytestmark = pytest.mark.docker
 
@@ -31,17 +31,7 @@ def test_image_script_builds_once_per_commit_of_a_pull_request(docker_client: do
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("FLAGSEARCH_HOME", str(home))
-    repo = tmp_path / "vllm-src"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README").write_text("base\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "checkout", "-q", "-b", "feature/x")
-    (repo / "README").write_text("the PR\n")
-    git(repo, "commit", "-qam", "the PR")
-    head = git(repo, "rev-parse", "HEAD")
-    git(repo, "update-ref", "refs/pull/1/head", head)
+    repo, head = pull_request_repo(tmp_path / "vllm-src", 1, branch="feature/x")
     monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
     # A community-style script: builds an image for the given vLLM commit and tags it as asked. The image
     # holds a vLLM `_version.py` naming that commit (what a vLLM source build writes), since a built image

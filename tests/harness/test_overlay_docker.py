@@ -20,7 +20,7 @@ import pytest
 from harness.builds.builds import dry_run_commands, ensure_build, parse_build
 from harness.builds.envs import BuildError
 from harness.builds.provenance import read_inside
-from tests.fake_builds import git
+from tests.fake_builds import pull_request_repo
 
 pytestmark = pytest.mark.docker
 
@@ -114,18 +114,8 @@ def _commit_image_script(tmp_path: Path, holds: str) -> Path:
 
 
 def _pr_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    repo = tmp_path / "vllm-src"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README").write_text("base\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "base")
-    git(repo, "checkout", "-q", "-b", "pr")
-    (repo / "README").write_text("the PR\n")
-    git(repo, "commit", "-qam", "the PR")
-    head = git(repo, "rev-parse", "HEAD")
-    git(repo, "update-ref", "refs/pull/3/head", head)
-    monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{repo}")
+    _, head = pull_request_repo(tmp_path / "vllm-src", 3)
+    monkeypatch.setenv("FLAGSEARCH_VLLM_REPO", f"file://{tmp_path / 'vllm-src'}")
     return head
 
 
