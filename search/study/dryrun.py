@@ -9,6 +9,7 @@ use ("dead"), and the time estimate (search/study/estimate.py).
 from __future__ import annotations
 
 import getpass
+import os
 import random
 import shlex
 import shutil
@@ -210,7 +211,7 @@ def trust_warnings(space: Space) -> list[str]:
     container, a writable mount of /, of the Docker socket or of $HOME, a server listening beyond this
     machine, and a command that is not under FLAGSEARCH_HOME (the space runs it as this user)."""
     home = Path.home().resolve()
-    tool_home = flagsearch_home.home().resolve()
+    tool_homes = (Path(os.path.abspath(flagsearch_home.home())), flagsearch_home.home().resolve())
     out = []
     for name, e in space.m.engines.items():
         where = f"{space.source}: engines.{name}"
@@ -227,9 +228,10 @@ def trust_warnings(space: Space) -> list[str]:
             out.append(f"{where}: host {e.host} lets other machines reach the server (and its API key, if any)")
         command = e.command[0] if e.command else ""
         if e.launcher == "process" and command:
-            path = Path(command if "/" in command else (shutil.which(command) or command)).resolve()
-            if not path.is_relative_to(tool_home):
-                out.append(f"{where}: runs {path} (outside FLAGSEARCH_HOME {tool_home}) as {getpass.getuser()}, "
+            # Not resolved: a venv's python is a link to the system's, and the venv is what the tool built.
+            path = Path(os.path.abspath(command if "/" in command else (shutil.which(command) or command)))
+            if not any(path.is_relative_to(h) for h in tool_homes):
+                out.append(f"{where}: runs {path} (outside FLAGSEARCH_HOME {tool_homes[0]}) as {getpass.getuser()}, "
                            "with this user's files: trust the space as you would a script")
     if space.m.device is not None and space.m.device.drop_page_cache:
         out.append(f"{space.source}: device.drop_page_cache: runs {shlex.join(space.m.device.drop_page_cache)} "

@@ -36,6 +36,8 @@ def test_the_dry_run_opens_with_a_warning_block_for_what_reaches_beyond_the_serv
                               {"host": "/data/models", "container": "/models"}]},
         "local": {"dialect": "llamacpp", "command": ["/usr/bin/env", "llama-server"]},
         "ours": {"dialect": "llamacpp", "command": [str(flagsearch_home.home() / "llama.cpp" / "llama-server")]},
+        # A venv's python is a link to the system's: the venv under FLAGSEARCH_HOME is what counts.
+        "venv": {"dialect": "llamacpp", "command": [str(flagsearch_home.vllm_python())]},
     }), "t.yaml")
     said = trust_warnings(space)
     text = "\n".join(said)
@@ -44,7 +46,8 @@ def test_the_dry_run_opens_with_a_warning_block_for_what_reaches_beyond_the_serv
     assert "docker.sock is the Docker socket (root on this machine), mounted read-only" in text
     assert f"engines.boxed.volumes: {home} is $HOME, mounted WRITABLE" in text
     assert "engines.local: runs /usr/bin/env (outside FLAGSEARCH_HOME" in text
-    assert "engines.ours" not in text and "/data/models" not in text  # the tool's own builds; a plain mount
+    # The tool's own builds (a venv's python included) and a plain mount are not warned about.
+    assert "engines.ours" not in text and "engines.venv" not in text and "/data/models" not in text
     lines = dry_run(space, 1)
     assert lines[0].startswith("# WARNING: this space reaches beyond the server it starts")
     assert all(f"#   {w}" in lines for w in said)
