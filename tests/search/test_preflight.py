@@ -163,7 +163,7 @@ def test_a_broken_space_fails_preflight_with_one_line_per_problem_and_starts_not
                    "(vllm/envs.py environment_variables lacks it")
         assert warning in lines, out.stderr
         assert lines.count(f"{src}: ") == len(expected) + 1, out.stderr  # nothing else was found wrong
-        assert any(line.startswith("preflight: 5 problem(s); no server was started; it ran only `") for line in lines)
+        assert "preflight: 5 problem(s); no server was started; it ran " in lines  # what it ran, or that it ran none
         assert not (tmp_path / "results" / "broken").exists()  # no study was even created
     cached = list((flagsearch_home.home() / "preflight").glob("help-*.json"))
     assert {p.name.split("-")[1] for p in cached} >= {"vllm_cpu", "llama", "llama_docker"}
