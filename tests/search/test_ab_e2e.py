@@ -82,7 +82,7 @@ def test_aa_is_not_a_regression_and_a_claim_on_it_is_contradicted(tmp_path: Path
     # quiet enough, undecided when it is not), and the logs say the same path ran.
     assert report["claims"][0]["verdict"] in ("contradicted", "undecided")
     assert code == {"contradicted": 1, "undecided": 3}[report["claims"][0]["verdict"]]
-    assert any(line.startswith("same kernel/backend path selected in A and B") for line in report["log_diff"])
+    assert any(line.startswith("same kernel path on A and B: ") for line in report["log_diff"])
     assert report["fingerprint_differences"] == []
 
 
