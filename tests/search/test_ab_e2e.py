@@ -175,5 +175,8 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     assert any("partial report" in e for e in report["errors"]) and report["outcome"] == "error"
     v = verdict(report, "single.decode_tok_s")
     first = obrien_fleming_thresholds(tuple(range(3, 13)), 0.01)[0]  # the metric's share: errors are gated too
-    assert v["n_a"] == 2 and abs(v["level"] - (1 - first)) < 1e-9 and "O'Brien-Fleming" in v["note"], v
+    # Judged at that look's threshold (its interval as wide as one look at 1 - p*), labelled by the
+    # repeated level the plan keeps over all its looks.
+    assert v["n_a"] == 2 and abs(v["look_level"] - (1 - first)) < 1e-9 and "O'Brien-Fleming" in v["note"], v
+    assert abs(v["level"] - 0.99) < 1e-9
     assert report["run"]["boundary"] == "obrien-fleming"
