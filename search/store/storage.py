@@ -3,11 +3,14 @@ opened with heartbeats so that a dead worker's trial is retried, and the study's
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -17,9 +20,11 @@ from optuna.trial import TrialState as OptunaState
 from search.space.space import Space
 from search.store.results import STUDY_FORMAT, ResultsError, TrialRecord, check_study_format
 from search.store.trial_index import RECORD_ATTR, final_numbers
+from search.terminal import warning
 
 HEARTBEAT_S = 60  # RDB storages: a trial without a heartbeat for GRACE_S is failed and retried once
 GRACE_S = 180
+OUTAGE_S = 300.0  # a database server that is away longer than this (not a restart or failover) fails the call
 BUDGET_ATTR = "counts_in_budget"  # False for duplicates and skips: they cost no start
 
 
@@ -31,9 +36,67 @@ def default_storage(results_dir: Path) -> str:
     return f"sqlite:///{(results_dir / 'study.db').resolve()}"
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` (or what it wraps: Optuna re-raises SQLAlchemy's errors as StorageInternalError)
+    is the database server being unreachable, as opposed to a bad query or a constraint."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlalchemy.exc.OperationalError):
+            return True
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _riding_out_outages(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method`, called again while the database server is away (a restart, a failover, a network
+    blip), for up to OUTAGE_S, with a line on stderr so that a wait is never silent. A trial being
+    measured is not disturbed: its next storage call simply waits for the server to come back."""
+
+    @functools.wraps(method)
+    def call(self: RetryingRDBStorage, *args: Any, **kwargs: Any) -> Any:
+        waited = 0.0
+        pause = 1.0
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as exc:
+                if not _connection_lost(exc) or waited >= OUTAGE_S:
+                    raise
+                if waited == 0.0:
+                    warning(f"the study storage is unreachable ({type(exc.__cause__ or exc).__name__}); "
+                            f"retrying for up to {OUTAGE_S / 60:.0f} min")
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause * 2, 15.0)
+
+    return call
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage for database servers (PostgreSQL, MySQL): every storage call rides out a
+    server restart instead of ending the search with a traceback. A write whose connection drops
+    after the server committed it is sent again: Optuna's writes of attributes, values and states
+    are idempotent; a trial created in the instant the server went down can be created twice, and
+    the spare one stays RUNNING (it has no heartbeat, so Optuna never fails it) and costs a worker
+    sharing the budget one trial."""
+
+
+for _name in ("create_new_trial", "set_trial_param", "set_trial_state_values", "set_trial_intermediate_value",
+              "set_trial_user_attr", "set_trial_system_attr", "set_study_user_attr", "set_study_system_attr",
+              "get_trial", "get_all_trials", "get_trial_id_from_study_id_trial_number", "get_study_user_attrs",
+              "get_study_system_attrs", "get_trial_user_attrs", "get_trial_system_attrs", "get_study_directions",
+              "get_study_id_from_name", "get_best_trial", "record_heartbeat", "_get_stale_trial_ids"):
+    if hasattr(optuna.storages.RDBStorage, _name):
+        setattr(RetryingRDBStorage, _name, _riding_out_outages(getattr(optuna.storages.RDBStorage, _name)))
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
-    """SQLite or any SQLAlchemy URL, with heartbeats so a dead worker's trial is retried."""
-    return optuna.storages.RDBStorage(
+    """SQLite or any SQLAlchemy URL, with heartbeats so a dead worker's trial is retried. A database
+    server's restart is ridden out (RetryingRDBStorage); SQLite has no server to come back."""
+    storage_class = optuna.storages.RDBStorage if url.startswith("sqlite") else RetryingRDBStorage
+    return storage_class(
         url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
         engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else {"connect_args": {"timeout": 60}})

@@ -539,3 +539,28 @@ def test_postgres_restarted_under_a_running_study(tmp_path: Path, private_postgr
     record_outcome("PostgreSQL restarted", "pg_ctl restart while trial 2 measures (private server)",
                    "llama-server", "none needed", "study finished 3 trials; the one measuring during the restart "
                    "complete", "0")
+
+
+@pytest.mark.postgres
+def test_a_storage_call_waits_for_a_database_server_that_comes_back(private_postgres: tuple[str, dict[str, str]]
+                                                                    ) -> None:
+    """The server is stopped, then started again a few seconds later: a storage call made while it is
+    away returns once it is back (make_storage's RetryingRDBStorage), instead of raising."""
+    from search.store.storage import make_storage
+
+    url, pg_env = private_postgres
+    study = optuna.create_study(storage=make_storage(url), study_name="outage")
+    trial = study.ask()
+    postgres = ["bash", str(ROOT / "scripts" / "postgres.sh")]
+    subprocess.run([*postgres, "stop"], env=pg_env, capture_output=True, check=True, timeout=120)
+    back = threading.Timer(3.0, subprocess.run, args=([*postgres, "start"],),
+                           kwargs={"env": pg_env, "capture_output": True, "timeout": 120})
+    back.start()
+    try:
+        trial.set_user_attr("measured", 1.0)  # the server is away at this moment
+        study.tell(trial, 1.0)
+    finally:
+        back.join()
+    again = optuna.load_study(study_name="outage", storage=url).get_trials()
+    assert [t.user_attrs.get("measured") for t in again] == [1.0]
+    assert again[0].state == TrialState.COMPLETE
