@@ -161,7 +161,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     host = host_fingerprint()
     if args.require_gpu and (problem := gpu_problem(host)):
         err.print(f"[red]FAILURE[/]: {problem}")
-        return Exit.FAILED
+        return _summary(args, Exit.FAILED, [], problem)  # the workflow's later steps read why
     keep, skipped, unreadable = matching_baselines(Path(args.baselines), host)
     if args.only:
         keep = [p for p in keep if p.stem in set(args.only)]

@@ -336,7 +336,8 @@ def test_a_missing_candidate_and_a_cpu_torch_are_their_own_red_outcomes(
         code = main(["nightly", "--candidate-build", f"command:{sys.executable}", "--baselines",
                      str(tmp_path / "b"), "--out", str(tmp_path / "r0"), "--require-gpu"])
         assert code == 7 and "no GPU is visible" in " ".join(capsys.readouterr().err.split())
-        assert not (tmp_path / "r0").exists()
+        stopped = json.loads((tmp_path / "r0" / "nightly.json").read_text())  # nothing measured, and why
+        assert stopped["exit_code"] == 7 and stopped["results"] == [] and "no GPU is visible" in stopped["error"]
     code = main(["nightly", "--candidate-build", f"x @ git+file://{repo}@refs/pull/9/head", "--baselines",
                  str(tmp_path / "b"), "--out", str(tmp_path / "r")])
     assert code == 5
@@ -562,6 +563,29 @@ def test_the_workflow_goes_red_on_a_damaged_baseline_history_or_listing(tmp_path
     (work / "reports" / "nightly.json").unlink()
     drift = workflow_step(work, DRIFT_STEP, **env)
     assert drift.returncode == 2 and "::error::no reports/nightly.json" in drift.stdout, drift.stdout
+
+
+def test_a_gpu_night_on_a_runner_without_one_says_so_in_both_steps(tmp_path: Path) -> None:
+    """--require-gpu where nvidia-smi lists none (a stand-in that lists nothing, so on any host): the nightly
+    step is red with the GPU sentence and writes nightly.json saying it; the drift step is red with that same
+    sentence, not "no reports/nightly.json"."""
+    work = tmp_path / "checkout"
+    (work / "baselines").mkdir(parents=True)
+    (work / ".venv").symlink_to(REPO / ".venv")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")  # present, lists no GPU
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"CANDIDATE": "command:/bin/true", "CPU_ONLY": "false", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    night = workflow_step(work, REGRESS_STEP, **env)
+    said = " ".join((night.stdout + night.stderr).split())
+    assert night.returncode == 7 and "::error::a build or a server start failed" in said, said
+    assert "no GPU is visible" in said
+    summary = json.loads((work / "reports" / "nightly.json").read_text())
+    assert summary["exit_code"] == 7 and summary["results"] == [] and "no GPU is visible" in summary["error"]
+    drift = workflow_step(work, DRIFT_STEP, **env)
+    assert drift.returncode == 2 and "::error::the nightly stopped before measuring" in drift.stdout, drift.stdout
+    assert "no GPU is visible" in drift.stdout and "no reports/nightly.json" not in drift.stdout
 
 
 def test_the_pull_request_comment_step_posts_the_outcomes_and_reports(tmp_path: Path) -> None:
