@@ -46,6 +46,7 @@ from search.regress.confounding import report_lines, side_image
 from search.regress.explain import explain_claim, subject_changes
 from search.regress.gate_report import GateReport
 from search.regress.nightly import on_engine
+from search.regress.shared_server import DESIGNS, choose_design, design_note, run_shared
 from search.regress.sides import Side, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import write_json_atomic, write_text_atomic
@@ -200,13 +201,18 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
                     min_effect: float) -> tuple[GateReport, ABRun]:
     work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
     work.mkdir(parents=True, exist_ok=True)
-    workloads = space.workload_specs(dict(a.request))
+    design = choose_design(a, b, getattr(args, "design", "auto"), args.keep_servers)
+    progress = progress_printer(args.quiet)
+    progress(f"design: {design.why}")
+    # Each side's request-side values (max_tokens, concurrency, ...) shape its own workloads.
+    workloads, workloads_b = space.workload_specs(dict(a.request)), space.workload_specs(dict(b.request))
     chosen = getattr(args, "workload", None)
     if chosen:  # one workload measured and gated: a round of a 12-minute start is then minutes, not an hour
         names = sorted({w.name.partition("@")[0] for w in workloads})
         if chosen not in names:
             raise ValueError(f"--workload {chosen!r}: not one of {', '.join(names)}")
         workloads = [w for w in workloads if w.name.partition("@")[0] == chosen]
+        workloads_b = [w for w in workloads_b if w.name.partition("@")[0] == chosen]
         gated = [g for g in gated if g.partition(".")[0].partition("@")[0] == chosen] or \
             [f"{chosen}.{g.rpartition('.')[2]}" for g in gated]
     # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
@@ -214,11 +220,16 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha,
                           boundary=args.boundary)
     settings = measure_settings(space, gated[0] if gated else None, args.repeats)
-    run = run_interleaved(a, b, workloads, settings, args.rounds, work,
-                          space.m.quality.suite, restart=not args.keep_servers, progress=progress_printer(args.quiet),
-                          stop=sequential_stop(plan) if gated else None)
+    stop = sequential_stop(plan) if gated else None
+    if design.name == "shared":  # one server, A's and B's blocks alternating on it (search/regress/shared_server.py)
+        run = run_shared(a, b, workloads, workloads_b, settings, args.rounds, work, progress, stop)
+    else:
+        run = run_interleaved(a, b, workloads, settings, args.rounds, work, space.m.quality.suite,
+                              restart=not args.keep_servers, progress=progress, stop=stop, workloads_b=workloads_b)
     record_noise(run, gated, title)  # the noise store learns this setup's spread (search/verdicts/noise_store.py)
-    return report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha), run
+    report = report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha)
+    report.notes.append(design_note(design, run))
+    return report, run
 
 
 def _finish(report: GateReport, run: ABRun, args: argparse.Namespace, extra: dict[str, Any]) -> int:
@@ -423,6 +434,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                                      "'-10%% ttft' (repeatable)")
     ab.add_argument("--workload", help="measure and gate this workload only; claims are about it (default: every "
                                        "workload measured, claims about the first)")
+    ab.add_argument("--design", choices=DESIGNS, default="auto",
+                    help="auto (default): one shared server when A and B differ only in request-side parameters "
+                         "(`side: request`: no start-to-start noise), else fresh starts every round; shared: one "
+                         "server even for an A/A; fresh: a start per side per round (docs/regression.md)")
     ab.add_argument("--build-anyway", action="store_true",
                     help="build and measure B even when the base run's log lacks a claim's prerequisite")
     _common(ab)

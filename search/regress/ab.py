@@ -109,6 +109,9 @@ class ABRun:
     boundary: str = "pocock"  # its thresholds (search.verdicts.boundaries.BOUNDARY_KINDS)
     stopped: str = ""  # why a sequential run ended before its cap
     interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
+    # "fresh" (a start per side per round), "kept" (each side started once) or "shared" (one server for both
+    # sides, search/regress/shared_server.py): what the rounds' differences hold of the start-to-start spread
+    design: str = "fresh"
     load: list[dict[str, Any]] = field(default_factory=list)  # each turn's LoadWindow.to_dict()
 
     @property
@@ -119,8 +122,8 @@ class ABRun:
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
                 "order": self.order, "errors": self.errors, "looks": self.looks, "boundary": self.boundary,
-                "stopped": self.stopped, "interrupted": self.interrupted, "host_probe_ms": self.host_probe_ms,
-                "load": self.load}
+                "stopped": self.stopped, "interrupted": self.interrupted, "design": self.design,
+                "host_probe_ms": self.host_probe_ms, "load": self.load}
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -165,18 +168,27 @@ def sequential_stop(plan: SequentialPlan) -> StopRule:
 
 def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
                     work_dir: Path, quality_suite: str | None = None, restart: bool = True,
-                    progress: Progress = _quiet, stop: StopRule | None = None) -> ABRun:
+                    progress: Progress = _quiet, stop: StopRule | None = None,
+                    workloads_b: list[WorkloadSpec] | None = None, shared: bool = False) -> ABRun:
     """Measure A and B in alternating order for `rounds` rounds (or until `stop` gives a reason).
-    Each side runs through its own harness.session.Session (so `restart=False` keeps both servers);
-    no server outlives the call."""
+    Each side runs through its own harness.session.Session (so `restart=False` keeps both servers), or with
+    `shared` both through one that keeps one server for both (sides whose launch is the same:
+    search/regress/shared_server.py); no server outlives the call. `workloads_b`: B's own workloads where its
+    request-side values differ from A's (default: `workloads`)."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     sides = {"A": (a, SideResult(a.label, dialect=a.settings.dialect)),
              "B": (b, SideResult(b.label, dialect=b.settings.dialect))}
-    run = ABRun(sides["A"][1], sides["B"][1], 0)
-    sessions = {key: Session(progress, keep_server=not restart) for key in sides}
+    run = ABRun(sides["A"][1], sides["B"][1], 0, design="shared" if shared else "fresh" if restart else "kept")
+    if shared:
+        one = Session(progress, keep_server=True)
+        sessions = {"A": one, "B": one}
+    else:
+        sessions = {key: Session(progress, keep_server=not restart) for key in sides}
+    each = {"A": workloads, "B": workloads if workloads_b is None else workloads_b}
     try:
-        _rounds(sides, run, workloads, measure, rounds, work_dir, quality_suite, restart, progress, stop, sessions)
+        _rounds(sides, run, each, measure, rounds, work_dir, quality_suite, restart and not shared, progress, stop,
+                sessions)
     except (KeyboardInterrupt, Terminated) as exc:
         run.interrupted = "terminated" if isinstance(exc, Terminated) else "interrupted"
         progress(f"{run.interrupted} after {run.rounds_done} complete rounds: writing the partial report")
@@ -186,7 +198,7 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
     return run
 
 
-def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads: list[WorkloadSpec],
+def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads: dict[str, list[WorkloadSpec]],
             measure: MeasureSettings, rounds: int, work_dir: Path, quality_suite: str | None, restart: bool,
             progress: Progress, stop: StopRule | None, sessions: dict[str, Session]) -> None:
     for rnd in range(rounds):
@@ -195,7 +207,7 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
             progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
             meter = LoadMeter().start()  # probes the host's speed first: nothing of ours is busy yet
             try:
-                error = _one_side(key, subject, result, rnd, workloads, measure, work_dir, quality_suite,
+                error = _one_side(key, subject, result, rnd, workloads[key], measure, work_dir, quality_suite,
                                   sessions[key], restart)
             finally:
                 run.load.append(meter.stop().to_dict())
@@ -402,12 +414,13 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
 
 def noise_key(run: ABRun, metric: str) -> str:
     """The noise store's setup of a metric in this run (search/verdicts/noise_store.py): host, engine, model,
-    workload (kept servers apart: their rounds hold no start-to-start spread), metric."""
+    workload (kept and shared servers apart: their rounds hold no start-to-start spread), metric."""
     fp = run.a.fingerprint
     kept = 0 < len(run.a.samples.get("startup.ready_s", [])) < run.rounds_done
     workload, _, leaf = metric.partition(".")
+    apart = "+shared" if run.design == "shared" else "+kept" if kept else ""
     return noise_store.setup_key(str(fp.get("host", "")), str(fp.get("engine", "")), str(fp.get("model_id", "")),
-                                 workload + ("+kept" if kept else ""), leaf)
+                                 workload + apart, leaf)
 
 
 def record_noise(run: ABRun, gated: list[str], source: str) -> int:

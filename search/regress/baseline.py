@@ -20,7 +20,7 @@ import optuna
 from harness.files import InputError, load_yaml
 from search.space.schema import CAPACITY
 from search.space.space import Config, Space, SpaceError, load_space, parse_space
-from search.space.values import default_value
+from search.space.values import default_value, request_values
 from search.store.results import ResultsError, TrialState, format_version, read_json, write_json_atomic
 
 # Versioned: a reader loads every earlier version (migrating it) and refuses a newer one by name.
@@ -245,10 +245,17 @@ def config_params(space: Space, overrides: dict[str, Any]) -> dict[str, Any]:
         if key not in ("engine", "model") and key not in space.m.params:
             raise ValueError(f"--set {key}: not a parameter of {space.name} "
                              f"(known: {', '.join(space.m.params) or 'none'})")
+    # A request-side parameter (`side: request`) is never sampled into a config (the study measures its load
+    # ladder at every start); set here, it is the side's own value (its workloads', search/regress/shared_server.py).
+    request = {k: v for k, v in overrides.items() if k in space.m.params and space.m.params[k].side == "request"}
+    for key, value in request.items():
+        if value not in (allowed := request_values(space.m.params[key])):
+            raise ValueError(f"--set {key}={value!r}: not one of the values of {space.name}'s request-side "
+                             f"parameter {key} ({', '.join(map(str, allowed))})")
     params = {**space.default_config(), **overrides}
     for _ in range(len(space.m.params) + 1):
         try:
-            return space.sample(optuna.trial.FixedTrial(params)).as_params()
+            return {**space.sample(optuna.trial.FixedTrial(params)).as_params(), **request}
         except ValueError as exc:
             missing = re.search(r"parameter '([^']+)' is not found", str(exc))
             if not missing or missing.group(1) not in space.m.params or missing.group(1) in params:

@@ -180,3 +180,29 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     assert v["n_a"] == 2 and abs(v["look_level"] - (1 - first)) < 1e-9 and "O'Brien-Fleming" in v["note"], v
     assert abs(v["level"] - 0.99) < 1e-9
     assert report["run"]["boundary"] == "obrien-fleming"
+
+
+def test_a_request_side_only_ab_runs_on_one_server_and_gives_a_verdict(tmp_path: Path) -> None:
+    """A and B differ only in a request-side parameter (max_tokens 8 vs 32): `search ab` starts one server and
+    alternates A's and B's blocks of runs on it, each side with its own max_tokens; the paired test over the
+    blocks calls B's four times longer answers slower."""
+    doc = yaml.safe_load(llama_space(tmp_path, max_tokens=8, warmup=False).read_text())
+    doc["params"]["max_tokens"] = {"type": "categorical", "choices": [8, 32], "default": 8, "side": "request"}
+    doc["objectives"] = [{"metric": "single.e2e_p50_s", "direction": "minimize"}]
+    space = tmp_path / "request-side.yaml"
+    space.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "shared"
+    code = main(["ab", str(space), "--b-set", "max_tokens=32", "--rounds", "3", "--out", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["errors"] == [] and report["run"]["design"] == "shared"
+    assert len(list((out / "logs").rglob("server.log"))) == 1  # one start for both sides
+    assert report["run"]["a"]["log_paths"] == report["run"]["b"]["log_paths"]
+    assert len(report["run"]["a"]["log_paths"]) == 1
+    assert report["run"]["order"] == ["A", "B", "B", "A", "A", "B"]
+    tokens = {key: {t for start in report["run"][key]["runs"]["single.output_tokens"] for t in start} for key in "ab"}
+    assert tokens == {"a": {8.0}, "b": {32.0}}, tokens  # each side measured at its own request-side value
+    v = verdict(report, "single.e2e_p50_s")
+    assert v["verdict"] == "regressed" and v["paired"] and v["n_a"] == 3, v
+    assert code == 1
+    lead = "design: one shared server: A and B differ only in request-side parameters (max_tokens: A unset"
+    assert any(n.startswith(lead) for n in report["notes"]), report["notes"]

@@ -1,0 +1,136 @@
+"""Which design an A/B uses, and the shared-server one: two sides that start the same server, measured on one.
+
+With fresh starts (search/regress/ab.py, the default) every round's difference holds each side's start: a
+server start's own level, a few percent on the CPU machines (docs/calibration.md), which pairing cannot remove
+because the two starts are different servers. When A and B differ only in request-side parameters (`side:
+request` in the space: concurrency, rate, max_tokens, requests_per_stream, applied to the workloads and never to
+the engine), their servers would be the same server; then one start serves both, and A's and B's blocks of runs
+alternate on it (A B, B A, A B ...: a block is what one start of the fresh design measures, its warm-up and its
+`repeats` runs). Block r of A is paired with block r of B by the same paired test, so the verdict is judged
+the same way; what is gone is the start-to-start term. What the shared design cannot see: a request-side change
+whose effect depends on the start (it is judged on this one server's start), and the server's quality, which is
+the same server's on both sides (not compared).
+
+`choose_design` picks: shared when the sides differ in request-side parameters and in nothing that reaches the
+engine; otherwise fresh starts (or the kept servers of --keep-servers). Two identical configs (an A/A) keep fresh
+starts, whose intervals hold the start-to-start spread a real launch-side change meets; `--design shared` asks
+for the shared server anyway (an A/A of the shared design itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from harness.measure.workloads import WorkloadSpec
+from harness.session import MeasureSettings
+from search.regress.ab import ABRun, Progress, StopRule, Subject, run_interleaved
+from search.space.space import Resolved
+
+DESIGNS = ("auto", "shared", "fresh")  # `search ab --design`
+UNSET = "unset (the workload's own)"  # a request-side value one side leaves to its workloads
+
+
+@dataclass(frozen=True)
+class Design:
+    """The design a comparison uses: "shared" (one server for both sides), "fresh" (a start per side per round)
+    or "kept" (each side started once, --keep-servers), and the reason, said in the report."""
+
+    name: str
+    why: str
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _values(a: Any, b: Any, unset: str = "None") -> str:
+    return f"A {unset if a is None else repr(a)}, B {unset if b is None else repr(b)}"
+
+
+def launch_differences(a: Resolved, b: Resolved) -> list[str]:
+    """What differs in how A's and B's servers start: engine settings (command, image, launcher, CPUs, ...),
+    model, engine flags, environment. Empty: one server can serve both."""
+    out = []
+    for f in fields(a.settings):
+        va, vb = getattr(a.settings, f.name), getattr(b.settings, f.name)
+        if va != vb:
+            out.append(f"engine {f.name}: {_values(va, vb)}")
+    if a.model != b.model:
+        out.append(f"model: {_values(a.model.name, b.model.name)}" if a.model.name != b.model.name
+                   else f"model {a.model.name}'s description")
+    for what, da, db in (("flag", a.flags, b.flags), ("env", a.env, b.env)):
+        for key in sorted(set(da) | set(db), key=str):
+            if da.get(key) != db.get(key):
+                out.append(f"{what} {key}: {_values(da.get(key), db.get(key))}")
+    return out
+
+
+def request_differences(a: Resolved, b: Resolved) -> list[str]:
+    """The request-side parameters whose values differ between A and B ("max_tokens: A 16, B 64")."""
+    return [f"{key}: {_values(a.request.get(key), b.request.get(key), UNSET)}"
+            for key in sorted(set(a.request) | set(b.request)) if a.request.get(key) != b.request.get(key)]
+
+
+def choose_design(a: Resolved, b: Resolved, asked: str = "auto", keep_servers: bool = False) -> Design:
+    """The design for A vs B: `asked` is one of DESIGNS; raises ValueError for a shared server the sides cannot
+    share."""
+    if asked not in DESIGNS:
+        raise ValueError(f"design {asked!r}: one of {', '.join(DESIGNS)}")
+    launch, request = launch_differences(a, b), request_differences(a, b)
+    if asked == "shared":
+        if launch:
+            raise ValueError("--design shared: A and B do not start the same server (" + "; ".join(launch) + ")")
+        return Design("shared", "one shared server, as asked (--design shared)"
+                      + (f": A and B differ only in request-side parameters ({'; '.join(request)})" if request
+                         else ": A and B are the same config"))
+    if asked == "auto" and request and not launch:
+        return Design("shared", f"one shared server: A and B differ only in request-side parameters "
+                                f"({'; '.join(request)}), which need no restart")
+    name = "kept" if keep_servers else "fresh"
+    start = "each side started once (--keep-servers)" if keep_servers else "fresh starts every round"
+    if asked == "fresh":
+        return Design(name, f"{start}, as asked (--design fresh)")
+    if launch:
+        return Design(name, f"{start}: A and B start differently ({'; '.join(launch)})")
+    return Design(name, f"{start}: A and B are the same config (an A/A keeps the start-to-start spread a "
+                        "launch-side change meets; --design shared measures on one server)")
+
+
+def run_shared(a: Subject, b: Subject, workloads_a: list[WorkloadSpec], workloads_b: list[WorkloadSpec],
+               measure: MeasureSettings, rounds: int, work_dir: Path, progress: Progress = _quiet,
+               stop: StopRule | None = None) -> ABRun:
+    """A and B on one server: `rounds` blocks a side, alternating A B, B A, ..., each block A's or B's own
+    workloads with its warm-up and `measure.repeats` runs, paired block by block (ABRun.design "shared"). Raises
+    ValueError when the sides do not start the same server."""
+    if launch := launch_differences(a, b):
+        raise ValueError("a shared server needs A and B to start the same server: " + "; ".join(launch))
+    run = run_interleaved(a, b, workloads_a, measure, rounds, work_dir, None, restart=False, progress=progress,
+                          stop=stop, workloads_b=workloads_b, shared=True)
+    share_server(run)
+    return run
+
+
+def share_server(run: ABRun) -> int:
+    """Give B the one server's identity (command, fingerprint, startup log: A started it, B's turns reused it),
+    and drop the startup time, which was measured once for both; how many servers were started (1 unless the
+    server stopped between turns and a turn started another)."""
+    started = run.a.log_paths + [p for p in run.b.log_paths if p not in run.a.log_paths]
+    first = run.a if run.a.log_paths else run.b
+    for side in (run.a, run.b):
+        side.command, side.fingerprint = first.command, dict(first.fingerprint)
+        side.startup, side.log_paths = dict(first.startup), list(started)
+        side.samples.pop("startup.ready_s", None)
+    return len(started)
+
+
+def design_note(design: Design, run: ABRun) -> str:
+    """The report's line on the design: which, why, and what its intervals hold."""
+    if design.name == "shared":
+        servers = len(run.a.log_paths)
+        started = "1 server start" if servers == 1 else f"{servers} server starts (the server stopped between turns)"
+        return (f"design: {design.why}; {started}, {run.rounds_done} blocks a side in the order of the rounds, "
+                "paired block by block: no start-to-start term in the intervals (they are about this server's "
+                "start), quality not compared (the same server answers both)")
+    return f"design: {design.why}"
