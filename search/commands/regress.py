@@ -171,7 +171,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
     gated = list(dict.fromkeys([*baseline.gated_metrics(), *(args.metric or [])]))
     min_effect = args.min_effect if args.min_effect is not None else baseline.gate.get("min_effect",
                                                                                          DEFAULT_MIN_EFFECT)
-    report, run = _run_and_report(a, b, space, args, f"regress {baseline.name}", gated, min_effect)
+    # The question is one-sided (is the candidate worse?): the whole alpha on "regressed" (nightly runs this too).
+    report, run = _run_and_report(a, b, space, args, f"regress {baseline.name}", gated, min_effect, sides=1)
     stamp(run.a.fingerprint, base_build)
     stamp(run.b.fingerprint, cand_build)
     report.notes += report_lines(side_image(base_build, settings), side_image(cand_build, settings))
@@ -198,7 +199,7 @@ def _drift_note(report: GateReport, baseline: Baseline, min_effect: float) -> No
 
 
 def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespace, title: str, gated: list[str],
-                    min_effect: float) -> tuple[GateReport, ABRun]:
+                    min_effect: float, sides: int = 2) -> tuple[GateReport, ABRun]:
     work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
     work.mkdir(parents=True, exist_ok=True)
     design = choose_design(a, b, getattr(args, "design", "auto"), args.keep_servers)
@@ -218,7 +219,7 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     # --rounds is the cap: the run stops as soon as every gated metric is settled (from 3 starts per
     # side), with the sequential boundary that keeps the false-alarm rate at alpha over all looks.
     plan = SequentialPlan(tuple(gated), max_rounds=args.rounds, min_effect=min_effect, alpha=args.alpha,
-                          boundary=args.boundary)
+                          boundary=args.boundary, sides=sides)
     settings = measure_settings(space, gated[0] if gated else None, args.repeats)
     stop = sequential_stop(plan) if gated else None
     if design.name == "shared":  # one server, A's and B's blocks alternating on it (search/regress/shared_server.py)
@@ -227,7 +228,7 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
         run = run_interleaved(a, b, workloads, settings, args.rounds, work, space.m.quality.suite,
                               restart=not args.keep_servers, progress=progress, stop=stop, workloads_b=workloads_b)
     record_noise(run, gated, title)  # the noise store learns this setup's spread (search/verdicts/noise_store.py)
-    report = report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha)
+    report = report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha, sides=sides)
     report.notes.append(design_note(design, run))
     return report, run
 

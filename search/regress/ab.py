@@ -8,7 +8,8 @@ value is kept (`SideResult.runs`, grouped by start), and the verdicts pair round
 of B (search/verdicts/sequential.py compare_paired: the shared drift of a round cancels). The order
 alternates per round (ABBA...), which cancels a linear drift. With a `stop` rule (`sequential_stop`)
 the run ends as soon as every gated metric is settled at the plan's error rates, `rounds` being the
-cap. The gated metrics share one false-alarm budget (alpha split over them: `family_alpha`).
+cap. The gated metrics share one false-alarm budget (alpha split over those that can reject at their share:
+`run_share`); `regress` asks one-sided (is B worse?), `ab` both ways (`SequentialPlan.sides`).
 Quality is checked on the first QUALITY_STARTS starts of each side. A run stopped by Ctrl-C or
 SIGTERM returns what it measured (`ABRun.interrupted`) so that its partial report is written.
 """
@@ -42,7 +43,9 @@ from search.verdicts.sequential import (
     compare_errors,
     compare_paired,
     compare_quality,
-    family_alpha,
+    family_share,
+    least_error_p,
+    least_quality_p,
     paired_logs,
     settled,
 )
@@ -142,6 +145,7 @@ class SequentialPlan:
     alpha: float = DEFAULT_ALPHA  # for the whole family of gated metrics together
     looks_at: tuple[int, ...] = ()  # look only after these rounds (and the cap); empty: after every round
     boundary: str = "pocock"  # the looks' thresholds (search.verdicts.boundaries.BOUNDARY_KINDS)
+    sides: int = 2  # 1: the question is "is B worse?" (regress, nightly), the whole alpha on "regressed"
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -157,8 +161,8 @@ def sequential_stop(plan: SequentialPlan) -> StopRule:
         run.looks, run.boundary = list(plan.looks), plan.boundary
         if run.rounds_done not in plan.looks:
             return None
-        each = family_alpha(plan.alpha, family_size(run, list(plan.metrics)))
-        verdicts = [verdict_for(run, m, plan.min_effect, each, plan.looks) for m in plan.metrics]
+        each = run_share(run, list(plan.metrics), plan.alpha, plan.sides)
+        verdicts = [verdict_for(run, m, plan.min_effect, each, plan.looks, sides=plan.sides) for m in plan.metrics]
         if all(settled(v) for v in verdicts):
             return (f"settled after {run.rounds_done} rounds: "
                     + ", ".join(f"{v.metric} {v.verdict}" for v in verdicts))
@@ -296,14 +300,15 @@ REPORTED = ("decode_tok_s", "output_tok_s", "stream_tok_s", "ttft_p50_s", "tpot_
 
 
 def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float = DEFAULT_MIN_EFFECT,
-                    alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE) -> GateReport:
-    """Verdicts for every gated metric (plus errors) and the usual latency/throughput metrics."""
+                    alpha: float = DEFAULT_ALPHA, confidence: float = DEFAULT_CONFIDENCE, sides: int = 2) -> GateReport:
+    """Verdicts for every gated metric (plus errors) and the usual latency/throughput metrics; sides 1 where the
+    question is "is B worse?" (regress, nightly), 2 both ways (ab)."""
     names = family(run, gated)
     workloads = sorted({m.split(".", 1)[0] for m in run.a.samples if "." in m} - {"startup"})
     shown = [f"{w}.{leaf}" for w in workloads for leaf in REPORTED] + ["startup.ready_s"]
     verdicts = []
     looks = tuple(run.looks) or None
-    each = family_alpha(alpha, family_size(run, gated))
+    each = run_share(run, gated, alpha, sides)
     for metric in names + [m for m in shown if m not in names]:
         is_gated = metric in names
         if metric not in run.a.samples and metric not in run.b.samples:
@@ -311,7 +316,7 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                 verdicts.append(compare(metric, [], [], min_effect=min_effect, alpha=each, confidence=confidence))
             continue
         verdicts.append(verdict_for(run, metric, min_effect, each if is_gated else alpha, looks, gated=is_gated,
-                                    confidence=confidence))
+                                    confidence=confidence, sides=sides))
     # A side that never started has no startup log or fingerprint: comparing against its empty ones
     # would list every field as a difference.
     both_started = bool(run.a.fingerprint) and bool(run.b.fingerprint)
@@ -322,14 +327,16 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     if both_started:
         report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
     if run.a.quality_starts and run.b.quality_starts:
-        report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each)
+        report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each, sides)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
     how = (f"sequential: looks at {looks_text(looks)} rounds{boundary_text(run.boundary)}"
            if looks and len(looks) > 1 else "one look")
     report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
-                        f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together "
-                        f"({alpha:g}/{max(1, round(alpha / each))} each); paired t test over rounds, {how}"
+                        f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together, "
+                        + ("one-sided (the question is whether B is worse: the whole share on 'regressed')"
+                           if sides == 1 else "two-sided") + f"; {share_text(run, gated, alpha, each)}"
+                        + f"; paired t test over rounds, {how}"
                         + (f"; {run.stopped}" if run.stopped else ""))
     kept = run.rounds_done >= 2 and all(len(s.samples.get("startup.ready_s", [])) == 1 for s in (run.a, run.b))
     if kept:
@@ -373,7 +380,34 @@ def family_size(run: ABRun, gated: list[str]) -> int:
     return len(family(run, gated)) + (1 if run.a.quality_starts and run.b.quality_starts else 0)
 
 
-def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+def run_share(run: ABRun, gated: list[str], alpha: float, sides: int = 2) -> float:
+    """Each gated verdict's share of the run's alpha (search/verdicts/sequential.py `family_share`): only the
+    verdicts that can reject at their share count, an error count at the requests and failures seen, quality at
+    the checks whose result differs. The stop rule and the report count the same."""
+    continuous, least = 0, []
+    for metric in family(run, gated):
+        req = metric[: -len("errors")] + "requests"
+        if metric.endswith(".errors") and req in run.a.samples and req in run.b.samples:
+            failed = int(sum(run.a.samples.get(metric, [])) + sum(run.b.samples.get(metric, [])))
+            least.append(least_error_p(failed, int(sum(run.a.samples[req])), int(sum(run.b.samples[req])), sides))
+        else:
+            continuous += 1
+    if run.a.quality_starts and run.b.quality_starts:
+        differing = quality_report(run.a.quality_starts, run.b.quality_starts, alpha, sides)["test"]["discordant"]
+        least.append(least_quality_p(differing))
+    return family_share(alpha, continuous, least, sides)
+
+
+def share_text(run: ABRun, gated: list[str], alpha: float, each: float) -> str:
+    """What the report says of the split (`run_share`)."""
+    total, shares = family_size(run, gated), max(1, round(alpha / each))
+    return (f"{each:.3g} each ({alpha:g}/{shares}" + (f": of the {total} gated verdicts, error and quality counts that "
+            "could not reject at such a share, at the requests, failures and differing checks seen, take none)"
+            if shares < total else ")"))
+
+
+def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]], alpha: float,
+                   sides: int = 2) -> dict[str, Any]:
     """Quality of both sides over their checked starts, judged by the quality test (McNemar), not by a
     bare drop in score: a check counts as passed on a side where it passed in most of its starts."""
     def by_check(starts: list[dict[str, Any]]) -> dict[str, list[bool]]:
@@ -384,7 +418,7 @@ def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]
         return out
 
     passed_a, passed_b = by_check(starts_a), by_check(starts_b)
-    test = compare_quality(passed_a, passed_b, alpha)
+    test = compare_quality(passed_a, passed_b, alpha, sides)
     scores = [[float(q["score"]) for q in starts if q.get("score") is not None] for starts in (starts_a, starts_b)]
     return {"suite": starts_a[0].get("suite"),
             "score_a": min(scores[0]) if scores[0] else None, "score_b": min(scores[1]) if scores[1] else None,
@@ -392,7 +426,7 @@ def quality_report(starts_a: list[dict[str, Any]], starts_b: list[dict[str, Any]
 
 
 def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks: tuple[int, ...] | None,
-                gated: bool = True, confidence: float = DEFAULT_CONFIDENCE) -> MetricVerdict:
+                gated: bool = True, confidence: float = DEFAULT_CONFIDENCE, sides: int = 2) -> MetricVerdict:
     """One metric's verdict: runs grouped by start where they were kept, errors as rates, else the
     per-round values (e.g. startup.ready_s, or an ABRun read back from an older file)."""
     a, b = run.a, run.b
@@ -400,14 +434,16 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
         req = metric[: -len("errors")] + "requests"
         if req in a.samples and req in b.samples:
             return compare_errors(metric, int(sum(a.samples.get(metric, []))), int(sum(a.samples[req])),
-                                  int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated)
+                                  int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated,
+                                  sides)
     if metric in a.runs and metric in b.runs:
         prior = noise_store.prior(noise_key(run, metric)) if gated and noise_store.borrowing() else None
         return compare_paired(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,
-                              looks=looks, gated=gated, boundary=run.boundary, prior=prior)
+                              looks=looks, gated=gated, boundary=run.boundary, prior=prior, sides=sides)
     if metric == "startup.ready_s" and metric in a.samples and metric in b.samples:
         return compare_paired(metric, [[v] for v in a.samples[metric]], [[v] for v in b.samples[metric]],
-                              min_effect=min_effect, alpha=alpha, looks=looks, gated=gated, boundary=run.boundary)
+                              min_effect=min_effect, alpha=alpha, looks=looks, gated=gated, boundary=run.boundary,
+                              sides=sides)
     return compare(metric, a.samples.get(metric, []), b.samples.get(metric, []), min_effect=min_effect, alpha=alpha,
                    confidence=confidence, gated=gated)
 

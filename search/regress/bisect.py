@@ -241,12 +241,12 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
     boundary; a state from before runs were kept per round is judged unpaired on its samples."""
     if probe.runs_a and probe.runs_b:
         v = compare_paired(metric, probe.runs_a, probe.runs_b, min_effect=min_effect, alpha=alpha,
-                           looks=probe_looks(rounds or probe.rounds, max_rounds))
+                           looks=probe_looks(rounds or probe.rounds, max_rounds), sides=1)
     else:
         v = compare(metric, probe.samples_a, probe.samples_b, min_effect=min_effect, alpha=alpha)
     probe.verdict, probe.note, probe.p_value = bisect_verdict(v), v.note, v.p_value
     if probe.verdict == "not regressed":
-        probe.note = (f"the interval excludes a {100 * min_effect:.0f}% regression (one-sided); the gate "
+        probe.note = (f"its one-sided bound excludes a {100 * min_effect:.0f}% regression; the gate "
                       "alone could not call it unchanged")
     speed = host_speed_note(probe.host_probe_ms, probe.load)
     unpinned = kept_unpinned_note(kept, (probe.fingerprint_a, probe.fingerprint_b)) if speed else ""
@@ -260,12 +260,14 @@ def judge_probe(probe: Probe, metric: str, min_effect: float, alpha: float, max_
 
 
 def bisect_verdict(v: MetricVerdict) -> str:
-    """The gate's verdict, except that an inconclusive probe whose whole interval lies above
-    -threshold (oriented so that positive is better) is "not regressed": one-sided, as bisect asks."""
-    if v.verdict != "inconclusive" or math.isnan(v.ci_low) or math.isnan(v.ci_high):
+    """The gate's verdict, except that an inconclusive probe whose worse-side bound lies above -threshold
+    (oriented so that positive is better) is "not regressed": one-sided, as bisect asks (the one-sided verdict's
+    bound at alpha; the two-sided interval of the Mann-Whitney fallback, for a state without runs per start)."""
+    low, high = (v.bound_low, v.bound_high) if v.sides == 1 else (v.ci_low, v.ci_high)
+    if v.verdict != "inconclusive" or math.isnan(low) or math.isnan(high):
         return v.verdict
     sign = 1.0 if v.direction == "higher" else -1.0
-    _, worst, _ = sorted_gain(sign, v.ratio, v.ci_low, v.ci_high)
+    _, worst, _ = sorted_gain(sign, v.ratio, low, high)
     return "not regressed" if worst > -v.min_effect else v.verdict
 
 

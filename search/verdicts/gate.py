@@ -34,7 +34,10 @@ Verdict = Literal["regressed", "improved", "unchanged", "inconclusive"]
 Direction = Literal["higher", "lower"]
 
 DEFAULT_MIN_EFFECT = 0.03
-DEFAULT_ALPHA = 0.02  # two-sided: at most 1% false "regressed" calls under A/A
+# A run's false-alarm budget. Where the question is one-sided (regress, nightly, bisect: did it get worse?) it is
+# all on "regressed": at most 2% false "regressed" calls under A/A; where it is two-sided (ab, claims, confirm)
+# it is split over both directions: at most 1% false "regressed" and 1% false "improved".
+DEFAULT_ALPHA = 0.02
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_POWER = 0.95
 
@@ -149,6 +152,12 @@ class MetricVerdict:
     # unbiased given that the plan crossed in this direction); the raw `ratio` is biased away from 1.
     ratio_adjusted: float = math.nan
     seen: str = ""  # what a count's "unchanged" could have seen ("no excess seen in N requests (...)")
+    # 1: the question is one-sided, "is B worse?" (regress, nightly, bisect): "regressed" is the one-sided test at the
+    # whole alpha, and (bound_low, bound_high) are its one-sided 1 - alpha bounds (repeated over the looks), each end
+    # on its own; "improved" and "unchanged" stay on the two-sided interval (ci_low, ci_high). 2: both ways (ab).
+    sides: int = 2
+    bound_low: float = math.nan
+    bound_high: float = math.nan
 
     @property
     def change_pct(self) -> float:
@@ -173,13 +182,30 @@ class MetricVerdict:
             return ""
         return f"could detect a change of {100 * self.mde:.1f}% or more ({100 * DEFAULT_POWER:.0f}% power)"
 
+    @property
+    def sided_text(self) -> str:
+        """Which question the verdict answered: '' for both ways; for a one-sided gate, what its bound says."""
+        if self.sides != 1:
+            return ""
+        if not (math.isfinite(self.bound_low) and math.isfinite(self.bound_high)):
+            return "one-sided: is B worse?"
+        sign = 1.0 if self.direction == "higher" else -1.0
+        _, worst, best = sorted_gain(sign, self.ratio, self.bound_low, self.bound_high)
+        level = f"{100 * self.level:.3g}%{' repeated' if self.repeated else ''}"
+        if best < 0:
+            return f"one-sided (is B worse?): at least {100 * -best:.1f}% worse, {level} bound"
+        return (f"one-sided (is B worse?): at most {100 * -worst:.1f}% worse, {level} bound" if worst < 0
+                else f"one-sided (is B worse?): not worse, {level} bound")
+
     def describe(self) -> str:
         ci = f"[{100 * (self.ci_low - 1):+.1f}%, {100 * (self.ci_high - 1):+.1f}%]"
         seen = self.sensitivity()
         adjusted = (f", {100 * (self.ratio_adjusted - 1):+.1f}% corrected for the early stop"
                     if math.isfinite(self.ratio_adjusted) else "")
+        sided = self.sided_text
         return (f"{self.metric}: {self.verdict} ({self.change_pct:+.1f}%{adjusted}, {self.level_text} {ci}, "
-                f"p={self.p_value:.3g}, n={self.n_a}/{self.n_b}" + (f"; {seen}" if seen else "") + ")")
+                + (f"{sided}, one-sided " if sided else "") + f"p={self.p_value:.3g}, n={self.n_a}/{self.n_b}"
+                + (f"; {seen}" if seen else "") + ")")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -82,14 +82,15 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
                    direction: Direction | None = None, min_effect: float = DEFAULT_MIN_EFFECT,
                    alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER,
                    looks: Sequence[int] | None = None, gated: bool = True, floor_sd: float = 0.0,
-                   boundary: str = "pocock", prior: SpreadPrior | None = None) -> MetricVerdict:
+                   boundary: str = "pocock", prior: SpreadPrior | None = None, sides: int = 2) -> MetricVerdict:
     """The verdict for one metric from runs grouped by start, round r of A paired with round r of B.
 
     ratio: exp(mean within-round log difference); interval 1 - p* wide, a repeated 1 - alpha one; mde: the
     smallest change this many rounds detect with `power` at the measured spread of differences.
     floor_sd: the least spread a difference can have (coarse values: `quantisation_sd`). prior: the spread this
     setup's earlier runs measured (search/verdicts/noise_store.py), used where it is at least this run's own, at its
-    degrees of freedom and the threshold simulated for that rule (Pocock plans only)."""
+    degrees of freedom and the threshold simulated for that rule (Pocock plans only). sides: 1 where the question is
+    one-sided, "is B worse?" (regress, nightly, bisect; `verdict_on_differences`), 2 both ways (ab, claims)."""
     pairs = paired_logs(runs_a, runs_b)
     la, lb = [a for a, _ in pairs], [b for _, b in pairs]
 
@@ -106,13 +107,13 @@ def compare_paired(metric: str, runs_a: Sequence[Sequence[float]], runs_b: Seque
             if prior.sd >= own:
                 return RoundSpread(prior.sd, prior.df, f"{note}; spread {100 * prior.sd:.2f}% borrowed from this "
                                    f"setup's earlier runs ({prior.describe()}; this run's own {100 * own:.2f}% is "
-                                   "below it)", advice, borrowed_threshold(plan, alpha, prior))
+                                   "below it)", advice, lambda level: borrowed_threshold(plan, level, prior))
             return RoundSpread(own, diffs.size - 1, f"{note}; this run's own spread, above the {100 * prior.sd:.2f}% "
                                "its setup's earlier runs measured, used alone", advice)
         return RoundSpread(own, diffs.size - 1, note, advice)
 
     return verdict_on_differences(metric, la, lb, spread, "fewer than 2 rounds with both sides measured",
-                                  direction, min_effect, alpha, power, looks, gated, floor_sd, boundary)
+                                  direction, min_effect, alpha, power, looks, gated, floor_sd, boundary, sides)
 
 
 @dataclass(frozen=True)
@@ -125,16 +126,23 @@ class RoundSpread:
     df: int
     note: str
     advice: Callable[[], str] | None = None
-    p_threshold: float | None = None  # this look's threshold where the spread's rule has its own (a borrowed spread)
+    # This look's two-sided threshold at a level, where the spread's rule has its own (a borrowed spread).
+    threshold: Callable[[float], float] | None = None
 
 
 def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float],
                            spread: Callable[[np.ndarray], RoundSpread], missing: str,
                            direction: Direction | None, min_effect: float, alpha: float, power: float,
                            looks: Sequence[int] | None, gated: bool, floor_sd: float = 0.0,
-                           boundary: str = "pocock") -> MetricVerdict:
+                           boundary: str = "pocock", sides: int = 2) -> MetricVerdict:
     """The verdict on the within-round differences lb - la (log start values, round by round) at the
     spread `spread` gives, with the paired test's sequential threshold.
+    sides 2: "regressed" and "improved" are the two-sided test at alpha (each direction's false calls at most
+    alpha / 2). sides 1, the question "is B worse?": "regressed" is the one-sided test at the whole alpha, whose
+    threshold is the two-sided one at 2 alpha on one tail (a path of the sequential t statistic that crosses both
+    ways within one plan is too rare to matter at these levels: tests/search/test_sequential.py checks the
+    one-sided rate), its one-sided bounds are kept (`bound_low`, `bound_high`), and "improved" and "unchanged" keep
+    the two-sided test and interval at alpha ("unchanged" is the equivalence test at alpha / 2 a side either way).
     The spread is never taken below `floor_sd`: values that move in coarse steps can repeat exactly
     round after round, and a zero spread would claim a point interval and a zero smallest detectable
     change that the values' resolution cannot support."""
@@ -158,7 +166,11 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                                               f"resolution allows", used.advice)
     se = used.sd / math.sqrt(n)
     plan = tuple(looks) if looks else (n,)
-    p_star = used.p_threshold if used.p_threshold is not None else look_p_threshold(plan, n, alpha, boundary)
+
+    def threshold(level: float) -> float:
+        return used.threshold(level) if used.threshold is not None else look_p_threshold(plan, n, level, boundary)
+
+    p_star = threshold(alpha)
     t_crit = float(special.stdtrit(used.df, 1 - p_star / 2))
     p = float(2 * special.stdtr(used.df, -abs(d) / se)) if se > 0 else (1.0 if d == 0 else 0.0)
     half = t_crit * se
@@ -166,14 +178,31 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
     mde = exp_or_inf((t_crit + float(special.stdtrit(used.df, power))) * se) - 1
     need = rounds_needed(used.sd, min_effect, alpha, power, first=plan[0], boundary=boundary)
     verdict = decide(direction, ratio, low, high, p < p_star, min_effect)
+    test_alpha, bound_low, bound_high = alpha, math.nan, math.nan
+    if sides == 1:  # "is B worse?": the one-sided test at alpha, the two-sided threshold at 2 alpha on one tail
+        test_alpha = 2 * alpha
+        p_worse_star = threshold(test_alpha) / 2
+        t_one = float(special.stdtrit(used.df, 1 - p_worse_star))
+        bound_low, bound_high = exp_or_inf(d - t_one * se), exp_or_inf(d + t_one * se)
+        sign = 1.0 if direction == "higher" else -1.0
+        p = float(special.stdtr(used.df, sign * d / se)) if se > 0 else (0.5 if d == 0 else float(sign * d > 0))
+        if p < p_worse_star and sign * (ratio - 1) <= -min_effect:  # the two-sided call implies it
+            verdict = "regressed"
+        mde = exp_or_inf((t_one + float(special.stdtrit(used.df, power))) * se) - 1
+        need = rounds_needed(used.sd, min_effect, test_alpha, power, first=plan[0], boundary=boundary)
     note = (f"{used.note}; threshold p < {p_star:.3g}"
             + (f" (looks at {looks_text(plan)} rounds{boundary_text(boundary)}: the interval is a repeated "
                f"{100 * (1 - alpha):.3g}% one, which holds at whichever look stops the run; at a look fixed in "
-               f"advance it would be {100 * (1 - p_star):.3g}%)" if len(plan) > 1 else "")
-            + drift_note(diffs))
+               f"advance it would be {100 * (1 - p_star):.3g}%)" if len(plan) > 1 else ""))
+    if sides == 1:
+        note += (f"; one-sided (the question is whether B is worse): regressed at one-sided p < "
+                 f"{threshold(test_alpha) / 2:.3g}, the whole alpha {alpha:g} on that side; improved and unchanged "
+                 "on the two-sided interval")
+    note += drift_note(diffs)
     adjusted = math.nan
-    if verdict in ("regressed", "improved") and len(plan) > 1 and n in plan and se > 0 and used.p_threshold is None:
-        thresholds = [look_p_threshold(plan, k, alpha, boundary) for k in plan]
+    if verdict in ("regressed", "improved") and len(plan) > 1 and n in plan and se > 0 and used.threshold is None:
+        level = test_alpha if verdict == "regressed" else alpha
+        thresholds = [look_p_threshold(plan, k, level, boundary) for k in plan]
         adjusted = exp_or_inf(median_unbiased_log_ratio(d, used.sd, n, plan, thresholds))
         note += (f"; a sequential plan stops when the difference happens to look large, so the measured "
                  f"{100 * (ratio - 1):+.1f}% is biased away from no change: corrected for that, "
@@ -183,7 +212,8 @@ def verdict_on_differences(metric: str, la: Sequence[float], lb: Sequence[float]
                  + (f"; {used.advice()}" if used.advice else ""))
     return MetricVerdict(verdict=verdict, median_a=med_a, median_b=med_b, ratio=ratio, ci_low=low, ci_high=high,
                          p_value=p, cv=used.sd, repeats_needed=need, note=note, level=1 - alpha if len(plan) > 1
-                         else 1 - p_star, mde=mde, look_level=1 - p_star, ratio_adjusted=adjusted, **common)
+                         else 1 - p_star, mde=mde, look_level=1 - p_star, ratio_adjusted=adjusted, sides=sides,
+                         bound_low=bound_low, bound_high=bound_high, **common)
 
 
 ESTIMATE_SIMS = 20_000  # simulated plans behind a corrected estimate (its Monte Carlo error ~0.01 sd of a round)
@@ -409,15 +439,17 @@ ERRORS_SUGGEST_P = 0.10  # B's excess errors at one-sided p below this (not sign
 
 
 def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, requests_b: int,
-                   alpha: float = DEFAULT_ALPHA, gated: bool = True) -> MetricVerdict:
-    """Failed requests judged as rates (one-sided Fisher exact tests at alpha/2 each way).
+                   alpha: float = DEFAULT_ALPHA, gated: bool = True, sides: int = 2) -> MetricVerdict:
+    """Failed requests judged as rates (one-sided Fisher exact tests: at alpha / 2 each way; where the question is
+    one-sided, sides 1, "regressed" at the whole alpha and "improved" at alpha / 2).
 
     regressed: B's rate is significantly higher; improved: significantly lower; inconclusive: B
     failed more often with p < 0.10 but not significantly (said, not passed silently); unchanged:
     otherwise (one stray error in a hundred requests is no evidence). Under A/A the share called
-    inconclusive is at most ~10% and regressed at most alpha/2 (measured: docs/calibration.md).
+    inconclusive is at most ~10% and regressed at most its level (measured: docs/calibration.md).
     median_a / median_b are the error rates."""
     from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    worse_level = alpha if sides == 1 else alpha / 2
     rate_a = errors_a / requests_a if requests_a else math.nan
     rate_b = errors_b / requests_b if requests_b else math.nan
     table = [[errors_b, requests_b - errors_b], [errors_a, requests_a - errors_a]]
@@ -425,7 +457,7 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
     better = float(sps.fisher_exact(table, alternative="less").pvalue) if requests_a and requests_b else 1.0
     lo_b, hi_b = clopper_pearson(errors_b, requests_b)
     verdict: Verdict
-    if worse < alpha / 2:
+    if worse < worse_level:
         verdict = "regressed"
     elif better < alpha / 2:
         verdict = "improved"
@@ -434,24 +466,26 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
     else:
         verdict = "unchanged"
     note = (f"error rates A {errors_a}/{requests_a}, B {errors_b}/{requests_b} (B 95% CI {100 * lo_b:.1f}%.."
-            f"{100 * hi_b:.1f}%); one-sided Fisher p {min(worse, better):.3g}, threshold {alpha / 2:g}")
+            f"{100 * hi_b:.1f}%); one-sided Fisher p {min(worse, better):.3g}, threshold "
+            + (f"{worse_level:g} for an excess (the question is one-sided), {alpha / 2:g} for fewer" if sides == 1
+               else f"{alpha / 2:g}"))
     seen = ""
     if verdict != "regressed":
-        rate = detectable_error_rate(errors_a, requests_a, requests_b, alpha)
+        rate = detectable_error_rate(errors_a, requests_a, requests_b, worse_level)
         what = "no excess seen" if not rate_b > rate_a else "no significant excess"
         seen = (f"{what} in {requests_b} requests (a failure rate of {100 * rate:.1f}% or more would have "
                 f"been seen with {100 * DEFAULT_POWER:.0f}% power)" if rate is not None else
                 f"no excess can be seen in {requests_b} requests against {errors_a}/{requests_a}: even all of them "
-                f"failing would not be significant at {alpha / 2:g}")
+                f"failing would not be significant at {worse_level:g}")
         note += f"; {seen}"
     return MetricVerdict(metric=metric, direction="lower", verdict=verdict, median_a=rate_a, median_b=rate_b,
                          ratio=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=min(worse, better),
                          n_a=requests_a, n_b=requests_b, cv=math.nan, repeats_needed=None, min_effect=0.0,
-                         gated=gated, note=note, seen=seen)
+                         gated=gated, note=note, seen=seen, sides=sides)
 
 
-def fewest_significant_errors(errors_a: int, requests_a: int, requests_b: int, alpha: float) -> int | None:
-    """The fewest failed requests of B's `requests_b` that the one-sided Fisher test at alpha/2 calls an excess
+def fewest_significant_errors(errors_a: int, requests_a: int, requests_b: int, level: float) -> int | None:
+    """The fewest failed requests of B's `requests_b` that the one-sided Fisher test at `level` calls an excess
     over A's errors_a of requests_a; None when no count can (too few requests for that level)."""
     from scipy import stats as sps  # lazily: 0.6 s of every CLI start
     if requests_a <= 0 or requests_b <= 0:
@@ -459,16 +493,16 @@ def fewest_significant_errors(errors_a: int, requests_a: int, requests_b: int, a
     k = np.arange(requests_b + 1)
     # P(B has k or more of the errors) given the total: Fisher's one-sided p for each count k.
     p = sps.hypergeom.sf(k - 1, requests_a + requests_b, k + errors_a, requests_b)
-    hits = np.flatnonzero(p < alpha / 2)
+    hits = np.flatnonzero(p < level)
     return int(hits[0]) if hits.size else None
 
 
-def detectable_error_rate(errors_a: int, requests_a: int, requests_b: int, alpha: float,
+def detectable_error_rate(errors_a: int, requests_a: int, requests_b: int, level: float,
                           power: float = DEFAULT_POWER) -> float | None:
-    """The failure rate of B that the errors test finds with `power` against A's count: B's errors are then at
-    least `fewest_significant_errors` with that probability (binomial). None: no rate can be found."""
+    """The failure rate of B that the errors test at one-sided `level` finds with `power` against A's count: B's
+    errors are then at least `fewest_significant_errors` with that probability (binomial). None: no rate can."""
     from scipy import stats as sps  # lazily: 0.6 s of every CLI start
-    k = fewest_significant_errors(errors_a, requests_a, requests_b, alpha)
+    k = fewest_significant_errors(errors_a, requests_a, requests_b, level)
     if k is None:
         return None
     if k == 0:
@@ -476,19 +510,64 @@ def detectable_error_rate(errors_a: int, requests_a: int, requests_b: int, alpha
     return float(sps.beta.ppf(power, k, requests_b - k + 1))
 
 
+# ---- which verdicts share a run's alpha: only those that can reject at their share ----------------
+
+@lru_cache(maxsize=4096)
+def least_error_p(errors: int, requests_a: int, requests_b: int, sides: int = 2) -> float:
+    """The smallest p value the errors test can reach at these request counts with `errors` failed requests in
+    all (Fisher's test holds that total fixed): all of them on B (sides 1: only an excess is asked about), or
+    on either side (2). 1 with no failed request: no allocation of nothing is evidence. Compared with the
+    level the test would be judged at (`family_share`)."""
+    from scipy import stats as sps  # lazily: 0.6 s of every CLI start
+    if errors <= 0 or requests_a <= 0 or requests_b <= 0:
+        return 1.0
+    total = requests_a + requests_b
+    most_on_b, least_on_b = min(errors, requests_b), max(0, errors - requests_a)
+    worse = float(sps.hypergeom.sf(most_on_b - 1, total, errors, requests_b))
+    better = float(sps.hypergeom.cdf(least_on_b, total, errors, requests_b))
+    return worse if sides == 1 else min(worse, better)
+
+
+def least_quality_p(discordant: int) -> float:
+    """The smallest p value the quality test (exact McNemar on the checks whose result differs between the sides)
+    can reach: every differing check lost."""
+    return 0.5 ** max(0, discordant)
+
+
+def family_share(alpha: float, continuous: int, least_p: Sequence[float], sides: int = 2) -> float:
+    """Each verdict's share of a run's alpha, counting only the verdicts that can reject at it (Tarone's
+    modified Bonferroni for discrete tests): `continuous` tests (throughput, latency: any p is possible) and
+    discrete ones (error counts, quality checks) with the smallest p value each can reach at the counts seen
+    (`least_error_p`, `least_quality_p`). The share is alpha / K for the smallest K such that at most K tests
+    can reject at it (a discrete test is judged at its share, sides 1, or half of it each way, sides 2). A
+    discrete test that cannot reach its share can make no false call, so the chance of any false call stays
+    at most alpha (tests/search/test_sequential.py simulates it over a run's looks); with no failed request
+    and no differing check, the throughput verdict has the whole alpha. Every verdict is judged at the share,
+    the ones left out too (they cannot reject at it either)."""
+    tests = continuous + len(least_p)
+    for k in range(1, max(1, tests) + 1):
+        each = alpha / k
+        level = each if sides == 1 else each / 2
+        if continuous + sum(1 for p in least_p if p < level) <= k:
+            return each
+    return alpha / max(1, tests)
+
+
 # ---- quality: checks passed on each side ---------------------------------------------------------
 
 def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[str, Sequence[bool]],
-                    alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
+                    alpha: float = DEFAULT_ALPHA, sides: int = 2) -> dict[str, Any]:
     """The quality verdict from each check's results on A and B (one or more runs per side).
 
     A check counts as passed on a side when it passed in most of that side's runs. Checks that pass
     on A and fail on B (lost) against the reverse (gained): an exact one-sided McNemar test
-    (binomial on the discordant checks) at alpha/2. regressed: significantly more lost than gained;
+    (binomial on the discordant checks) at alpha/2 (at alpha where the question is one-sided, sides 1: a
+    loss is all it asks about). regressed: significantly more lost than gained;
     inconclusive: some lost, not significantly; unchanged: none lost net. Checks whose result
     differs between runs of one side are listed as flaky: they are noise, not a verdict."""
     from scipy import stats as sps  # lazily: 0.6 s of every CLI start
     names = sorted(set(passed_a) & set(passed_b))
+    level = alpha if sides == 1 else alpha / 2
 
     def majority(v: Sequence[bool]) -> bool:
         return sum(bool(x) for x in v) * 2 > len(v)
@@ -498,25 +577,28 @@ def compare_quality(passed_a: Mapping[str, Sequence[bool]], passed_b: Mapping[st
     flaky = [n for n in names if len(set(passed_a[n])) > 1 or len(set(passed_b[n])) > 1]
     discordant = len(lost) + len(gained)
     p = float(sps.binom.sf(len(lost) - 1, discordant, 0.5)) if discordant else 1.0
-    if p < alpha / 2 and len(lost) > len(gained):
+    if p < level and len(lost) > len(gained):
         verdict = "regressed"
     elif len(lost) > len(gained):
         verdict = "inconclusive"
     else:
         verdict = "unchanged"
     # What "unchanged" could have seen: the fewest checks lost (none gained) the test calls a loss.
-    needed = next((k for k in range(1, len(names) + 1) if 0.5 ** k < alpha / 2), None)
+    needed = next((k for k in range(1, len(names) + 1) if 0.5 ** k < level), None)
     seen = "" if verdict == "regressed" else (
         f"no excess seen in {len(names)} checks (a loss shows from {needed} checks lost and none gained)"
         if needed is not None else
         f"no excess can be seen in {len(names)} checks: even all of them lost would not be significant at "
-        f"{alpha / 2:g}")
+        f"{level:g}")
     return {"verdict": verdict, "p_value": p, "lost": lost, "gained": gained, "flaky": flaky,
-            "checks": len(names), "threshold": alpha / 2, "seen": seen}
+            "checks": len(names), "threshold": level, "seen": seen,
+            "discordant": discordant}
 
 
 if __name__ == "__main__":  # python -m search.verdicts.sequential: rewrite the stored boundary table
     from search.verdicts.gate import DEFAULT_ALPHA as _A
 
-    written = write_boundaries([_A / k for k in range(1, 9)], range(3, 21))
+    # Each verdict's share of the default alpha (1 to 8 gated), and twice it: a one-sided gate's threshold is the
+    # two-sided one at 2 alpha on one tail.
+    written = write_boundaries(sorted({round(m * _A / k, 12) for m in (1, 2) for k in range(1, 9)}), range(3, 21))
     print(f"wrote {len(written)} thresholds to {BOUNDARIES}", file=sys.stderr)
