@@ -92,9 +92,13 @@ def main(sims: int) -> str:
     for pooled in (False, True):
         name = f"F-guarded, {'pooled at summed df' if pooled else 'max(stored, own) at stored df'}"
         by_ratio = {r: min_p_guarded(r * z, s0, pooled) for r in RATIOS}
+
+        def guarded(d: np.ndarray, pooled: bool = pooled) -> np.ndarray:
+            return min_p_guarded(d, s0, pooled)
+
         for bound in BOUNDS:
             threshold = min(float(np.quantile(by_ratio[r], ALPHA)) for r in RATIOS if r <= bound)
-            row(name, f"{bound:g}", threshold, lambda d, pooled=pooled: min_p_guarded(d, s0, pooled))
+            row(name, f"{bound:g}", threshold, guarded)
     return "\n".join(lines)
 
 
