@@ -30,6 +30,7 @@ from harness.host.fingerprint import host_fingerprint
 from search.commands import regress as regress_cmd
 from search.exit_codes import Exit
 from search.regress import history
+from search.regress.ab import ABRun, noise_key
 from search.regress.baseline import Baseline, load_baseline, matching_baselines, pinned_space
 from search.regress.nightly import (
     ALLOWABLE,
@@ -53,10 +54,13 @@ from search.regress.nightly_plan import (
     refuse_plan,
     torch_cuda_problem,
 )
+from search.regress.sides import SideResult
 from search.store.results import write_json_atomic
 from search.terminal import make_console, progress_printer
+from search.verdicts import noise_store
 from search.verdicts.boundaries import BOUNDARY_KINDS
 from search.verdicts.gate import DEFAULT_ALPHA
+from search.verdicts.sequential import paired_logs
 
 err = make_console(stderr=True)  # messages never folded (search.terminal)
 __all__ = ["Estimate", "cmd_nightly", "estimate", "promote", "refuse_plan", "register"]
@@ -104,13 +108,17 @@ def _kind_refusals(args: argparse.Namespace, baselines: list[tuple[Path, Baselin
     return out
 
 
-def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate: Build, out: Path) -> int:
-    """`search regress` for one baseline, parsed by regress's own parser (its defaults, its options)."""
-    argv = ["regress", "--baseline", str(path), "--candidate-build", pinned_text(candidate),
-            "--rounds", str(args.rounds), "--alpha", str(args.alpha), "--boundary", args.boundary, "--out", str(out)]
+def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate: Build | None, out: Path,
+             source: str = "nightly") -> int:
+    """`search regress` for one baseline, parsed by regress's own parser (its defaults, its options). candidate
+    None: the A/A sentinel, the baseline's own build on both sides (`sentinel_argv`)."""
     base_build = args.baseline_build or baseline.source.get("build")
+    cand = (["--candidate-build", pinned_text(candidate)]
+            + [x for kv in args.candidate_env or [] for x in ("--candidate-env", kv)]
+            if candidate is not None else sentinel_argv(base_build))
+    argv = ["regress", "--baseline", str(path), *cand,
+            "--rounds", str(args.rounds), "--alpha", str(args.alpha), "--boundary", args.boundary, "--out", str(out)]
     argv += ["--baseline-build", base_build] if base_build else []
-    argv += [x for kv in args.candidate_env or [] for x in ("--candidate-env", kv)]
     argv += [x for m in args.metric or [] for x in ("--metric", m)]
     argv += ["--repeats", str(args.repeats)] if args.repeats else []
     argv += ["--min-effect", str(args.min_effect)] if args.min_effect is not None else []
@@ -121,8 +129,54 @@ def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate
     parser = argparse.ArgumentParser(prog="search")
     regress_cmd.register(parser.add_subparsers())
     ns = parser.parse_args(argv)
-    ns.history_source = "nightly"
+    ns.history_source = source
     return int(regress_cmd.cmd_regress(ns))
+
+
+# The A/A sentinel (`--sentinel-every N`): every Nth night of a baseline, the baseline's own build against itself.
+# Its round differences are noise alone, so it measures what every borrowing of the noise store rests on: how far
+# tonight's spread strays from the store's (`noise_store.hour_reading`: the ratio and an F test), and whether the gate
+# calls an A/A different (a false call; at most alpha of sentinel nights). History keeps them (source SENTINEL).
+SENTINEL = "nightly-sentinel"
+SENTINEL_ENV = "FLAGSEARCH_SENTINEL=1"  # names a candidate where the baseline has no build to name: no engine reads it
+
+
+def sentinel_argv(base_build: str | None) -> list[str]:
+    """regress's candidate options for the A/A: the baseline's build again, else the same command with an environment
+    variable no engine reads (regress needs a candidate named)."""
+    return ["--candidate-build", base_build] if base_build else ["--candidate-env", SENTINEL_ENV]
+
+
+def sentinel_due(rows: list[dict[str, Any]], every: int) -> bool:
+    """Whether tonight is a sentinel night: `every` > 0 and the baseline's nights (distinct dates of its nightly
+    history rows, tonight's included) reach `every` per sentinel night already had, plus one."""
+    if every <= 0:
+        return False
+    nights = {str(r.get("time", ""))[:10] for r in rows if r.get("source") == "nightly"}
+    sentinels = {str(r.get("time", ""))[:10] for r in rows if r.get("source") == SENTINEL}
+    return len(nights) >= every * (len(sentinels) + 1)
+
+
+def sentinel_reading(report: dict[str, Any]) -> dict[str, Any]:
+    """What an A/A sentinel's report says: each gated verdict, whether any was a false call ("regressed" or
+    "improved": A against A), and each gated metric's spread against the noise store's before this run."""
+    gated = [v for v in report.get("verdicts", []) if v.get("gated")]
+    out: dict[str, Any] = {"verdicts": {v["metric"]: v["verdict"] for v in gated},
+                           "false_call": any(v["verdict"] in ("regressed", "improved") for v in gated), "spread": {}}
+    run = report.get("run") or {}
+    stored = [run.get(k) or {} for k in ("a", "b")]
+    sides = [SideResult(str(d.get("label", "")), samples=dict(d.get("samples", {})), runs=dict(d.get("runs", {})),
+                        fingerprint=dict(d.get("fingerprint", {}))) for d in stored]
+    ab = ABRun(sides[0], sides[1], int(run.get("rounds_done", 0)))
+    for v in gated:
+        metric = v["metric"]
+        if metric in ab.a.runs and metric in ab.b.runs:
+            diffs = [b - a for a, b in paired_logs(ab.a.runs[metric], ab.b.runs[metric])]
+            key = noise_key(ab, metric)
+            reading = noise_store.hour_reading(noise_store.without(noise_store.runs(key), diffs), diffs)
+            if reading is not None:
+                out["spread"][metric] = {**reading.to_dict(), "text": reading.describe()}
+    return out
 
 
 def _one_baseline(args: argparse.Namespace, path: Path, baseline: Baseline, candidate: Build,
@@ -152,6 +206,14 @@ def _one_baseline(args: argparse.Namespace, path: Path, baseline: Baseline, cand
         round_s = (time.monotonic() - t0) / max(1, 2 * (result.rounds or args.rounds))
         result.promoted = str(promote(baseline, out, candidate, Path(args.promote), round_s))
         err.print(f"promoted: {result.promoted} (review, then copy over {path} and commit)")
+    if sentinel_due(history.load(baseline.name, args.history), getattr(args, "sentinel_every", 0)):
+        show(f"{baseline.name}: A/A sentinel (the baseline's own build on both sides)")
+        try:
+            _regress(args, path, baseline, None, out / "sentinel", SENTINEL)
+            result.sentinel = sentinel_reading(json.loads((out / "sentinel" / "report.json").read_text()))
+        except (BuildError, BuildNotFound, ValueError, OSError) as exc:
+            result.sentinel = {"error": str(exc)}
+        show(f"{baseline.name}: sentinel {result.sentinel}")
     return result
 
 
@@ -305,6 +367,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--require-cuda-torch", action="store_true",
                    help="fail when the candidate's torch is not a CUDA build that sees a GPU (pip/python builds)")
     p.add_argument("--promote", help="write a passing baseline's candidate measurement here as NAME.json")
+    p.add_argument("--sentinel-every", type=int, default=0, metavar="N",
+                   help="every Nth night of a baseline, also an A/A of its own build against itself: its verdict (a "
+                        "false call if not unchanged or inconclusive) and its spread against the noise store's go "
+                        "to nightly.json and the history (default 0: none; it doubles that night's time)")
     p.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
     p.add_argument("-o", "--out", default="reports", metavar="DIR",
                    help="one report folder per baseline, and nightly.json (default ./reports)")

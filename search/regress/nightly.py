@@ -59,6 +59,7 @@ class Result:
     rounds: int | None = None
     drift: list[str] = field(default_factory=list)
     promoted: str | None = None
+    sentinel: dict[str, Any] | None = None  # an A/A sentinel night's reading (search/commands/nightly.py)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -124,6 +124,57 @@ def prior(key: str, directory: Path | None = None) -> SpreadPrior | None:
     return prior_from(runs(key, directory))
 
 
+@dataclass(frozen=True)
+class HourReading:
+    """One run's spread of round differences beside the store's pooled spread (the runs before it): what the
+    nightly's A/A sentinel measures. `ratio` own / stored; `f_p` the one-sided F test's p of "this hour is
+    noisier" (small: it was). Over nights the ratios say how far an hour strays from the store: a borrowing guard
+    holds alpha only up to a stated ratio (bench/experiments/noise_borrow/guard.py)."""
+
+    own_sd: float
+    own_df: int
+    stored_sd: float
+    stored_df: int
+    ratio: float
+    f_p: float
+
+    def describe(self) -> str:
+        return (f"spread {100 * self.own_sd:.2f}% ({self.own_df} df), {self.ratio:.2f}x the store's "
+                f"{100 * self.stored_sd:.2f}% ({self.stored_df} df; one-sided F p {self.f_p:.2g})")
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"own_sd": self.own_sd, "own_df": self.own_df, "stored_sd": self.stored_sd,
+                "stored_df": self.stored_df, "ratio": self.ratio, "f_p": self.f_p}
+
+
+def hour_reading(stored: Sequence[tuple[float, int]], diffs: Sequence[float]) -> HourReading | None:
+    """This run's round differences (log) against the stored runs' pooled spread; the stored rows should not hold
+    this run's own (`without`). None: fewer than 2 rounds, or nothing stored."""
+    d = np.asarray([x for x in diffs if math.isfinite(x)], dtype=float)
+    df0 = sum(df for _, df in stored)
+    if d.size < 2 or df0 <= 0:
+        return None
+    from scipy import stats  # lazily: scipy costs every CLI start ~0.25 s
+
+    own_var, stored_var = float(d.var(ddof=1)), sum(ss for ss, _ in stored) / df0
+    if stored_var <= 0:
+        return None
+    f_p = float(stats.f.sf(own_var / stored_var, d.size - 1, df0))
+    return HourReading(math.sqrt(own_var), int(d.size - 1), math.sqrt(stored_var), int(df0),
+                       math.sqrt(own_var / stored_var), f_p)
+
+
+def without(stored: Sequence[tuple[float, int]], diffs: Sequence[float]) -> list[tuple[float, int]]:
+    """The stored rows less one row equal to this run's own (`add` stored it already), matched by value."""
+    d = np.asarray([x for x in diffs if math.isfinite(x)], dtype=float)
+    own = (float(((d - d.mean()) ** 2).sum()), int(d.size - 1)) if d.size >= 2 else None
+    rows = list(stored)
+    for i in range(len(rows) - 1, -1, -1):
+        if own is not None and rows[i][1] == own[1] and math.isclose(rows[i][0], own[0], rel_tol=1e-9, abs_tol=1e-15):
+            return rows[:i] + rows[i + 1:]
+    return rows
+
+
 def borrowing() -> bool:
     """Whether comparisons borrow stored spreads (BORROW_ENV)."""
     return os.environ.get(BORROW_ENV) == "1"
