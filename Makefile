@@ -15,7 +15,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export FLAGSEARCH_HOME ?= $(HOME)/.cache/flagsearch
 
-.PHONY: setup tool engines image demo test test-fast lint clean-results
+.PHONY: setup tool engines image demo test test-slow test-fast lint clean-results
 
 $(BIN)/search: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python 3.11 or 3.12 found: install one, or pass PYTHON=/path/to/python"; exit 1; }
@@ -45,6 +45,11 @@ demo: setup
 
 test: setup
 	bash scripts/test.sh
+
+# The slow checks `make test` leaves out (tests marked `slow`: endurance, statistical power on a real
+# engine, whole workflows replayed); CI runs them after `make test` (.ci/run).
+test-slow: setup
+	bash scripts/test.sh --slow
 
 test-fast: tool
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e and not docker and not postgres and not serial"

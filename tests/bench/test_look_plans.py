@@ -4,6 +4,7 @@ boundary finds a small change within the cap more often than Pocock at the same 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.calibrate.gate import sequential
 from bench.experiments.look_plans import run as lp
@@ -11,6 +12,7 @@ from bench.experiments.look_plans import run as lp
 LOOKS = tuple(range(3, 11))
 
 
+@pytest.mark.slow  # a benchmark's agreement with the product over many simulated runs
 def test_the_vectorised_gate_matches_the_product_s_on_the_same_noise() -> None:
     rng = np.random.default_rng(4)
     fast = lp.run_plan(LOOKS, lp.p_thresholds(LOOKS, "pocock", lp.ALPHA), 0.03, 0.05, 20_000, rng)

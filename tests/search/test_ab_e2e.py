@@ -122,6 +122,7 @@ def test_baseline_then_throttled_candidate_is_a_regression(tmp_path: Path) -> No
     assert len(steady) == v["n_b"] and all(s["warmups"] == 1 and not s["converged"] for s in steady), steady
 
 
+@pytest.mark.slow  # statistical power on a real engine; -50% has its test in make test
 @pytest.mark.serial
 def test_a_ten_percent_slowdown_is_found_by_the_paired_test(tmp_path: Path,
                                                          record_branch: Callable[[str, str], None]) -> None:

@@ -40,6 +40,7 @@ def ttft_of_two_streams(tmp: Path) -> dict[int, float]:
     return measured
 
 
+@pytest.mark.slow  # statistical: a whole study and a stability run; the load search has its own test in make test
 @pytest.mark.serial  # the SLO sits between two measured latencies: another test beside it would move both
 def test_a_study_picks_the_config_with_the_highest_capacity(space_doc: SpaceFactory, tmp_path: Path) -> None:
     # One slot queues one of the two streams behind a whole 160-token answer; four slots serve both at

@@ -201,6 +201,7 @@ def test_controls_must_name_parameters_of_the_space(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # statistical power on a real engine
 def test_a_slowdown_control_is_found_worse_on_a_real_server(tmp_path: Path) -> None:
     """The default of a real llama-server study and the same config behind harness/launch/throttle.py
     --stretch 0.5 (a known 0.5x), confirmed with fresh starts: the control is called regressed

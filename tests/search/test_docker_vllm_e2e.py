@@ -88,6 +88,7 @@ def _report(folder: Path) -> dict:  # type: ignore[type-arg]
     return json.loads((folder / "report.json").read_text())
 
 
+@pytest.mark.slow  # three vLLM starts in Docker and an overlay build; the container start has its test in make test
 def test_the_nightly_over_a_docker_baseline_installs_the_wheel_on_the_baselines_image(
         vllm_image: str, tmp_path: Path, docker_client: docker.DockerClient) -> None:
     space = quick_space(tmp_path)

@@ -66,6 +66,7 @@ def run_step(work: Path, name: str, **env: str) -> tuple[int, str, dict[str, Any
     return proc.returncode, proc.stdout + proc.stderr, data
 
 
+@pytest.mark.slow  # the whole workflow replayed step by step; its exit codes have unit tests in make test
 def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLAGSEARCH_HISTORY", str(tmp_path / "history"))

@@ -23,6 +23,7 @@ from tests.soak.audit import Tally, audit_study, table
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # endurance: many faults over many trials; each fault has its own test in make test
 def test_short_soak_loses_doubles_and_leaks_nothing(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # Seed 54 draws, over the first 9 trial starts: port, oom, oom, tool_term, engine_stop, -,
     # tool_kill, engine_kill (the draw order does not depend on timing; where each lands does).

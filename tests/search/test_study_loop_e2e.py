@@ -153,6 +153,7 @@ def throttled_space(name: str) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow  # statistical power on a real engine
 @pytest.mark.serial
 def test_confirmation_is_not_fooled_by_a_stall_and_confirms_a_slower_config(
         tmp_path: Path, record_branch: Callable[[str, str], None]) -> None:
