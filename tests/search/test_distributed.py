@@ -133,7 +133,7 @@ def failing_engine_space(tmp: Path) -> Path:
 def test_workers_started_at_the_same_instant_never_exceed_the_budget(tmp_path: Path, backend: str,
                                                                       request: pytest.FixtureRequest) -> None:
     space = failing_engine_space(tmp_path)
-    workers, budget, rounds = 5, 7, 5
+    workers, budget, rounds = 5, 7, 3
     tag = uuid.uuid4().hex[:8]
     # SQLite: a fresh file each round, so that the workers also race to create its tables.
     url = request.getfixturevalue("postgres_url") if backend == "postgresql" else \
