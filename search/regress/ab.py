@@ -449,14 +449,10 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
 
 
 def noise_key(run: ABRun, metric: str) -> str:
-    """The noise store's setup of a metric in this run (search/verdicts/noise_store.py): host, engine, model,
-    workload (kept and shared servers apart: their rounds hold no start-to-start spread), metric."""
-    fp = run.a.fingerprint
+    """The noise store's setup of a metric in this run (search/verdicts/noise_store.py `key_for`): host, engine, model,
+    workload (kept servers apart: their rounds hold no start-to-start spread), metric."""
     kept = 0 < len(run.a.samples.get("startup.ready_s", [])) < run.rounds_done
-    workload, _, leaf = metric.partition(".")
-    apart = "+shared" if run.design == "shared" else "+kept" if kept else ""
-    return noise_store.setup_key(str(fp.get("host", "")), str(fp.get("engine", "")), str(fp.get("model_id", "")),
-                                 workload + apart, leaf)
+    return noise_store.key_for(run.a.fingerprint, metric, kept)
 
 
 def record_noise(run: ABRun, gated: list[str], source: str) -> int:

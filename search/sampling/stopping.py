@@ -8,7 +8,11 @@ highest single observation, so one lucky start neither ends the study nor wins i
 gain left is the highest expected improvement of an untried config over that estimate; the study
 can stop when it is below STOP_SHARE of the smallest difference a confirmation of CONFIRM_ROUNDS
 fresh starts per arm could detect at the learnt noise, when every config has been tried, or when
-the incumbent sits at the memory-bandwidth roofline, with the reason.
+the incumbent sits at the memory-bandwidth roofline, with the reason. What a confirmation detects is set by
+the start noise its paired test will see: where the noise store (search/verdicts/noise_store.py) holds this
+setup's paired runs, their spread per start is used (`paired_noise`), not the model's noise, which also
+holds what the model cannot fit (on an H200 the model learnt 2.5% a start where `search ab` measured
+0.3-1.9%, and the study stopped at 6 of 8 starts).
 
 Failed configs stay out of the model; an untried config is judged likely to fail, and is not
 counted as a possible winner, when at least two of the finished configs that differ from it in
@@ -53,19 +57,22 @@ class StopDecision:
     best_candidate: dict[str, Any] | None = None  # that config
     gain_left: float | None = None  # its expected improvement over the incumbent (relative)
     detectable: float | None = None  # the smallest relative difference confirmation could detect
-    noise: float | None = None  # the model's start-to-start noise (sd of log values)
+    # The start noise a confirmation was priced at (sd of log values): `paired_noise` where given, else the model's.
+    noise: float | None = None
 
 
 def nothing_left_to_win(observed: Sequence[Observation], untried: Sequence[dict[str, Any]],
                         dists: dict[str, BaseDistribution], noise_floor: float, maximize: bool = True,
                         min_results: int = 6, roofline_fraction: float | None = None,
-                        rounds: int = CONFIRM_ROUNDS, share: float = STOP_SHARE) -> StopDecision:
+                        rounds: int = CONFIRM_ROUNDS, share: float = STOP_SHARE,
+                        paired_noise: tuple[float, str] | None = None) -> StopDecision:
     """Stop when the expected gain of the most promising untried config over the model's
     incumbent is below `share` x what a confirmation of `rounds` starts per arm could detect.
     `observed`: every finished config, repeats included (value None = failed); `untried`: the
     configs not yet measured; `noise_floor`: the stated relative floor (the noise prior until
     the study has repeats); `roofline_fraction`: the incumbent's share of the memory-bandwidth
-    ceiling, when known."""
+    ceiling, when known; `paired_noise`: (per-start noise, where it comes from) of this setup's stored paired
+    runs, which prices the confirmation in place of the model's noise."""
     values = [o.value for o in observed if o.usable and o.value is not None]
     sign = 1.0 if maximize else -1.0
     model = fit_gp(observed, dists, noise_floor, maximize)
@@ -87,14 +94,17 @@ def nothing_left_to_win(observed: Sequence[Observation], untried: Sequence[dict[
     gain = expected_improvement(mu, sd, best)
     i = int(np.argmax(gain))
     bound = math.exp(sign * float(mu[i] + 2 * sd[i]))
-    delta = detectable(model.noise, rounds)
+    noise = paired_noise[0] if paired_noise is not None else model.noise
+    delta = detectable(noise, rounds)
+    noise_text = (f"noise {100 * noise:.2f}% per start {paired_noise[1]}, the model's own {100 * model.noise:.1f}%"
+                  if paired_noise is not None else f"noise {100 * model.noise:.1f}% per start")
     said = (f"the most promising untried config's expected gain ({100 * float(gain[i]):.2f}%) over the model's "
-            f"incumbent ({incumbent:.4g}; {len(values)} results, noise {100 * model.noise:.1f}% per start)")
+            f"incumbent ({incumbent:.4g}; {len(values)} results, {noise_text})")
     stop = float(gain[i]) < share * delta
     reason = (f"nothing left to win: {said} is below {100 * share:g}% of what a {rounds}-round confirmation "
               f"detects ({100 * delta:.1f}%); {len(untried)} configs left untried" if stop
               else f"{said} is worth a start (it may reach {bound:.4g})")
-    return StopDecision(stop, reason, incumbent, bound, set_values(untried[i]), float(gain[i]), delta, model.noise)
+    return StopDecision(stop, reason, incumbent, bound, set_values(untried[i]), float(gain[i]), delta, noise)
 
 
 def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, Any]], bool] | None = None,
@@ -126,7 +136,8 @@ def study_observations(study: Study, space: Space, allowed: Callable[[dict[str, 
 
 def study_should_stop(study: Study, space: Space, noise_floor: float,
                       roofline_fraction: float | None = None, min_results: int | None = None,
-                      allowed: Callable[[dict[str, Any]], bool] | None = None) -> StopDecision:
+                      allowed: Callable[[dict[str, Any]], bool] | None = None,
+                      paired_noise: tuple[float, str] | None = None) -> StopDecision:
     """The loop's entry point: call after each finished trial; stop with `reason` when `stop`.
     Single objective only (with several objectives it stops only when the space is exhausted);
     spaces too large or continuous to enumerate never stop here (their budget does)."""
@@ -138,4 +149,5 @@ def study_should_stop(study: Study, space: Space, noise_floor: float,
     if len(study.directions) > 1 and untried:
         return StopDecision(False, "several objectives: the study runs to its budget")
     n_min = min_results if min_results is not None else len(dists) + 2
-    return nothing_left_to_win(observed, untried, dists, noise_floor, maximize, n_min, roofline_fraction)
+    return nothing_left_to_win(observed, untried, dists, noise_floor, maximize, n_min, roofline_fraction,
+                               paired_noise=paired_noise)

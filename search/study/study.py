@@ -17,6 +17,7 @@ study_inputs.py (reference answers, rooflines), noise.py (the default re-measure
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from collections.abc import Sequence
@@ -71,6 +72,7 @@ from search.study.scoring import (
     score,
 )
 from search.study.unified_memory import MEMORY_HELD, MemoryGuard, retry_if_memory_held
+from search.verdicts import noise_store
 
 # Storage helpers are re-exported: callers open and count studies through this module or search.store.storage.
 __all__ = ["BUDGET_ATTR", "RECORD_ATTR", "Reporter", "StudyRunner", "counted_trials", "default_storage", "free_port",
@@ -190,6 +192,19 @@ class StudyRunner:
         return stop_rule_floor(self.study, self.space, base.objective_values[0] if base and base.objective_values
                                else None)
 
+    def paired_noise(self) -> tuple[float, str] | None:
+        """The start noise this setup's paired runs measured (search/verdicts/noise_store.py: the host, engine and model
+        of the default's start, the objective's workload and metric), per start (a round's difference holds two
+        starts), with where it comes from; None until the store holds enough of them. It prices the confirmation the
+        stop rule weighs what is left against (search/sampling/stopping.py)."""
+        base = next((r for r in self.index.finished.values() if r.number == 0), None)
+        if base is None or not base.fingerprint or len(self.space.m.objectives) != 1:
+            return None
+        prior = noise_store.prior(noise_store.key_for(base.fingerprint, self.space.m.objectives[0].metric))
+        if prior is None:
+            return None
+        return prior.sd / math.sqrt(2), f"from this setup's {prior.runs} earlier paired runs ({prior.df} df)"
+
     def confirmation_fits(self) -> bool:
         """Whether the minimum confirmation (3 rounds of the default and the top configs) fits the
         time budget that is left."""
@@ -218,7 +233,7 @@ class StudyRunner:
             reason = (f"the last {self._known_in_a_row} proposals were configs already tried or holding a value the "
                       "engine rejected, so nothing new was started; untried configs may remain")
         else:
-            decision = study_should_stop(study, self.space, self.noise_floor_value())
+            decision = study_should_stop(study, self.space, self.noise_floor_value(), paired_noise=self.paired_noise())
             if decision.stop:
                 reason = decision.reason
         if reason:

@@ -28,7 +28,7 @@ import fcntl
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -52,6 +52,15 @@ def setup_key(host: str, engine: str, model: str, workload: str, metric: str) ->
     """The setup a spread belongs to, as a file name."""
     text = "|".join([host or "-", engine or "-", model or "-", workload or "-", metric])
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in text)[:200]
+
+
+def key_for(fingerprint: Mapping[str, object], metric: str, kept: bool = False) -> str:
+    """The setup of a metric measured on an engine with this fingerprint (host, engine, model_id): what a paired run
+    (search/regress/ab.py) stores under and what a study's stop rule reads (search/study/study.py). Kept servers
+    apart: their rounds hold no start-to-start spread."""
+    workload, _, leaf = metric.partition(".")
+    return setup_key(str(fingerprint.get("host", "")), str(fingerprint.get("engine", "")),
+                     str(fingerprint.get("model_id", "")), workload + ("+kept" if kept else ""), leaf)
 
 
 @dataclass(frozen=True)

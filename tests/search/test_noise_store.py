@@ -97,3 +97,12 @@ def test_a_finished_run_adds_its_round_differences_under_its_setup(tmp_path: Pat
     assert stored == [(pytest.approx(float(((diffs - diffs.mean()) ** 2).sum())), 3)]
     run.interrupted = "interrupted"
     assert record_noise(run, [METRIC], "test") == 0  # a run cut short adds nothing
+
+
+def test_a_study_reads_the_setup_a_paired_run_stores_under() -> None:
+    """The stop rule's noise (search/study/study.py paired_noise) is read under the key regress and ab store under."""
+    fingerprint = {"host": "h", "engine": "llamacpp", "model_id": "m"}
+    fresh = ABRun(SideResult("A", samples={"startup.ready_s": [1.0] * 4}, fingerprint=fingerprint), SideResult("B"), 4)
+    kept = ABRun(SideResult("A", samples={"startup.ready_s": [1.0]}, fingerprint=fingerprint), SideResult("B"), 4)
+    assert noise_key(fresh, METRIC) == noise_store.key_for(fingerprint, METRIC)
+    assert noise_key(kept, METRIC) == noise_store.key_for(fingerprint, METRIC, kept=True) != noise_key(fresh, METRIC)

@@ -168,3 +168,20 @@ def test_a_reused_result_is_no_second_measurement() -> None:
     assert len(observed) == 7  # six configs and the one real repeat; the reuses are left out
     ss, df = repeat_spread(observed)
     assert df == 1 and ss > 0.004  # (log 1.1)^2 / 2 = 0.0045: the real repeat's spread, undiluted
+
+
+def test_the_stop_rule_prices_the_confirmation_at_the_setup_s_paired_noise_where_the_store_has_it() -> None:
+    """The study that stops at the model's noise (above) keeps going when this setup's paired runs measured a start
+    noise of 0.2%: a confirmation then detects far smaller differences, and what is left is worth a start. The
+    decision says which noise it used."""
+    space = make_space()
+    rng = random.Random(0)
+    measured = rng.sample(configs(), 15)
+    measured += [c for c in configs() if c["a"] == 2 and c not in measured][:4]
+    study = study_of(space, measured, speed)
+    by_model = study_should_stop(study, space, noise_floor=0.05)
+    by_store = study_should_stop(study, space, noise_floor=0.05, paired_noise=(0.002, "from 9 earlier paired runs"))
+    assert by_model.stop and not by_store.stop, (by_model, by_store)
+    assert by_store.noise == 0.002 and by_store.detectable is not None and by_model.detectable is not None
+    assert by_store.detectable < by_model.detectable / 5
+    assert "0.20% per start from 9 earlier paired runs" in by_store.reason
