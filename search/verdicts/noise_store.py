@@ -16,8 +16,13 @@ the sd of their log variances beyond what their degrees of freedom explain). The
 alpha over hours like the ones the store has seen, and a store whose runs disagree (a machine whose noise moves
 with the hour) buys correspondingly little. An hour noisier than any stored one can still raise it (simulated,
 looks at 3..10, alpha 0.02: 4.8% in an hour 1.3x noisier than the store, 6.5% at 2x): the nightly's A/A sentinel
-is what keeps a store honest. So every paired run of `search ab` and `search regress` adds its residuals, but a
-comparison borrows only where BORROW_ENV is 1 (docs/calibration.md, "Noise learnt across runs"). See
+is what keeps a store honest (`HourReading`: tonight's spread against the store's). No guard can do much better: one
+sound for every hour cannot gain (with the hour's noise unrestricted the stored spread says nothing about it, and the
+run's own t test is the best unbiased test); an F-guarded rule sound up to 1.3x noisier hours gains 4 points of power,
+one sound to 1.5x loses (bench/experiments/noise_borrow/guard.py). So every paired run of `search ab` and `search
+regress` adds its residuals, a study's stop rule prices its confirmation at them (search/study/study.py
+`paired_noise`: planning needs no guard), but a comparison borrows only where BORROW_ENV is 1 (docs/calibration.md,
+"Noise learnt across runs"). See
 search/verdicts/sequential.py (`compare_paired(prior=...)`) and tests/search/test_noise_store.py.
 """
 
