@@ -17,6 +17,15 @@ highest expected improvement over the model's incumbent); and random configs at 
 proposes again is not started again (the loop reuses the result); 25 such in a row end the
 search, as in the loop. Score: the share of seeds whose pick is best-equivalent, and the starts
 used (search + confirmation).
+
+With `--confirmation product` (CONFIRMATION) every arm ends instead with the product's own confirmation
+(search/confirm/confirm.py: judge, confirmation_answer, as `search run` ends): the best measured config
+other than the default (confirm.top_k 1, the product's default) against the default, both started in
+rounds (the default's starts count too), looks at 3..6 rounds, the blocked paired test at the study's
+alpha, stopped once settled; the pick is the confirmed winner, else the default (kept when nothing is
+confirmed: "no config is distinguishable", "the default stays best", "not better"). The replay's default
+is the first config of the grid that starts (each param's first choice: the tables list the engine's
+defaults first). Each seed's answer is counted by kind; raw outcomes go to replay_noise_<table>_product.json.
 """
 
 from __future__ import annotations
@@ -54,6 +63,8 @@ EXHAUSTED_AFTER = 25
 STOP_SHARE: float | None = None  # None: search/sampling/stopping.py's
 N_DESIGN: int | None = None  # None: search/sampling/sampler.py's default_design_size
 MIN_RESULTS: int | None = None  # None: search/sampling/stopping.py's study_should_stop (one per param, plus two)
+CONFIRMATION = "model"  # "product": every arm ends with the product's confirmation against the default
+PRODUCT_ROUNDS = 6  # the product's confirm.max_rounds default
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class Outcome:
     good: bool  # the pick is best-equivalent
     starts: int  # search + confirmation
     search_starts: int
+    answer: str = ""  # the product's confirmation: what kind of answer it gave (ANSWERS)
 
 
 class Noise:
@@ -159,6 +171,49 @@ class Run:
                                    share=stopping.STOP_SHARE if STOP_SHARE is None else STOP_SHARE).stop
 
     def confirm_and_pick(self) -> Outcome:
+        return self.product_confirmation() if CONFIRMATION == "product" else self.model_confirmation()
+
+    def default_index(self) -> int:
+        """The replay's default: the first config of the grid that starts (each param's first choice)."""
+        return next((i for i in range(len(self.table.configs)) if not math.isnan(float(self.values[i, 0]))), 0)
+
+    def product_confirmation(self) -> Outcome:
+        """The product's confirmation (search/confirm/confirm.py): the best measured config other than the default
+        against the default, in rounds of fresh starts, judged and answered as `search run` does."""
+        from search.confirm.confirm import Arm, confirmation_answer, judge
+        from search.verdicts.sequential import MIN_STARTS, settled
+
+        search = self.starts
+        default = self.default_index()
+        measured = [(o.value, self.index[tuple(o.params[p] for p in self.table.params)]) for o in self.observed
+                    if o.value is not None]
+        tops = [i for _, i in sorted(measured, reverse=True) if i != default][:1]
+        if not tops:
+            return Outcome(self.good(default), self.starts, search, "nothing to confirm")
+        arms = [Arm(0, "default", {}, key="0"), Arm(tops[0] + 1, f"#{tops[0] + 1}", {}, key=str(tops[0] + 1))]
+        index = {0: default, tops[0] + 1: tops[0]}
+        looks = tuple(range(MIN_STARTS, PRODUCT_ROUNDS + 1))
+        verdicts = {}
+        for rnd in range(PRODUCT_ROUNDS):
+            for arm in arms:
+                value = self.measure(index[arm.number])
+                arm.runs.append([value] if value is not None else [])
+                if value is None:
+                    arm.failures.append("did not start")
+            if any(a.failures for a in arms):
+                break
+            if rnd + 1 >= MIN_STARTS:
+                verdicts = judge(arms, "w.tok_s", "maximize", 0.03, looks)
+                if all(settled(v) for v in verdicts.values()):
+                    break
+        answer, winner = confirmation_answer(arms, verdicts, False, "maximize")
+        pick = index[winner] if winner is not None else default
+        return Outcome(self.good(pick), self.starts, search, answer_kind(answer))
+
+    def good(self, i: int) -> bool:
+        return any((self.table.configs[i], lv) in self.table.good for lv in self.table.levels)
+
+    def model_confirmation(self) -> Outcome:
         """The model's CONFIRM_TOP best measured configs re-measured on fresh starts, in rounds:
         each round starts the leader and every config still in contention (a chance of at least
         CONTENTION under the model that it beats the leader), at most CONFIRM_ROUNDS rounds (fixed
@@ -186,6 +241,21 @@ class Run:
         pick = tuple(model.incumbent()[0][p] for p in self.table.params)
         good = any((pick, lv) in self.table.good for lv in self.table.levels)
         return Outcome(good, self.starts, search)
+
+
+ANSWERS = ("confirmed", "no config distinguishable", "default stays best", "no config better", "withheld",
+           "not confirmed", "nothing to confirm")
+
+
+def answer_kind(answer: str) -> str:
+    """The kind of the product's answer (search/confirm/confirm.py confirmation_answer), by its opening words."""
+    for kind, opening in (("confirmed", "confirmed:"), ("no config distinguishable", "no config is distinguishable"),
+                          ("default stays best", "the default stays best"), ("no config better", "no config is better"),
+                          ("withheld", "verdict withheld"), ("not confirmed", "not confirmed"),
+                          ("nothing to confirm", "nothing to confirm")):
+        if answer.startswith(opening):
+            return kind
+    return answer[:40]
 
 
 def random_stop(table: Table, values: np.ndarray, seed: int) -> Outcome:
@@ -303,11 +373,11 @@ def level_sd(level: str, noise: Noise) -> float:
 
 
 def result_path(folder: Path, table_path: Path) -> Path:
-    return folder / f"replay_noise_{table_path.stem}.json"
+    return folder / f"replay_noise_{table_path.stem}{'_product' if CONFIRMATION == 'product' else ''}.json"
 
 
 def benchmark(paths: list[Path], levels: list[str], seeds: int, folder: Path, minutes: float,
-              budgets: tuple[int, ...] = (6, 10, 16, 24, 36)) -> bool:
+              budgets: tuple[int, ...] = (6, 10, 16, 24, 36), only: str | None = None) -> bool:
     """Fill folder/replay_noise_<table>.json (level -> arm -> [pick good, starts] per seed),
     resuming what it holds; starts no new arm after `minutes`. True when everything is done."""
     import json
@@ -329,13 +399,16 @@ def benchmark(paths: list[Path], levels: list[str], seeds: int, folder: Path, mi
             done = entry["levels"].setdefault(level, {"start_sd": round(sd, 4), "arms": {}})["arms"]
             draws = None
             for name, arm in arms(budgets).items():
+                if only and only not in name:
+                    continue
                 if len(done.get(name, [])) >= seeds:
                     continue
                 if time.monotonic() > deadline:
                     return False
                 draws = draws or [noise.draws(s, sd) for s in range(seeds)]
                 t0 = time.monotonic()
-                done[name] = [[int(o.good), o.starts] for o in (arm(table, draws[s], s) for s in range(seeds))]
+                done[name] = [[int(o.good), o.starts] + ([o.answer] if o.answer else [])
+                              for o in (arm(table, draws[s], s) for s in range(seeds))]
                 out.write_text(json.dumps(entry, indent=1) + "\n")
                 print(f"{table.name} noise {level}: {name} in {time.monotonic() - t0:.0f} s", flush=True)
     return True
@@ -350,8 +423,8 @@ def report(entries: list[dict[str, Any]], complete_only: bool = False) -> str:
                   f"(of a start's value, the median of its 3 runs), its start-to-start sd "
                   f"{100 * entry['table_start_sd']:.1f}%" + (" (one start per config: not measured)"
                                                                if not entry["table_start_sd"] else ""), "",
-                  "| start noise | arm | seeds | pick best-equivalent | starts: median | p90 | % of the grid |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| start noise | arm | seeds | pick best-equivalent | starts: median | p90 | % of the grid | "
+                  "the product's answers |", "|---|---|---|---|---|---|---|---|"]
         for level, lv in entry["levels"].items():
             if complete_only and "flagsearch + stop rule" not in lv["arms"]:
                 continue
@@ -360,9 +433,11 @@ def report(entries: list[dict[str, Any]], complete_only: bool = False) -> str:
                 good = np.array([o[0] for o in outs])
                 starts = np.array([o[1] for o in outs])
                 med = float(np.median(starts))
+                kinds = [o[2] for o in outs if len(o) > 2]
+                answers = ", ".join(f"{k} {kinds.count(k)}" for k in dict.fromkeys(kinds)) or "-"
                 lines.append(f"| {label} | {arm} | {len(outs)} | {good.mean():.2f} | {med:g} | "
                              f"{np.percentile(starts, 90, method='higher'):g} | "
-                             f"{100 * med / entry['grid_starts']:.0f}% |")
+                             f"{100 * med / entry['grid_starts']:.0f}% | {answers} |")
         lines += ["", *(f"- {verdict(entry, level)}" for level, lv in entry["levels"].items()
                         if "flagsearch + stop rule" in lv["arms"]), ""]
     return "\n".join(lines)

@@ -419,6 +419,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/data"),
                         help="with --noise: the folder of the raw outcomes (replay_noise_<table>.json, resumed)")
     parser.add_argument("--minutes", type=float, default=1e9, help="with --noise: start no new arm after this")
+    parser.add_argument("--confirmation", choices=("model", "product"), default="model",
+                        help="with --noise: how every arm ends: the model's re-measure of its top two (model), or the "
+                             "product's confirmation against the default, counted by answer (product; results in "
+                             "replay_noise_<table>_product.json)")
+    parser.add_argument("--arms", default=None, help="with --noise: only the arms whose name holds this text")
     parser.add_argument("--demo", action="append", metavar="K=V", help="with --noise: replay the demo's budget "
                         "from this default config instead (repeat per param): picks within 5%% of the best")
     args = parser.parse_args()
@@ -430,10 +435,12 @@ def main() -> None:
             print(demo_report(path, parse_assignments(args.demo), (args.noise or "table,0.05").split(","), args.seeds))
         return
     if args.noise:
+        import bench.noisy_replay as noisy
         from bench.noisy_replay import benchmark, result_path
         from bench.noisy_replay import report as noisy_report
 
-        done = benchmark(args.tables, args.noise.split(","), args.seeds, args.out, args.minutes)
+        noisy.CONFIRMATION = args.confirmation
+        done = benchmark(args.tables, args.noise.split(","), args.seeds, args.out, args.minutes, only=args.arms)
         print(noisy_report([json.loads(result_path(args.out, p).read_text()) for p in args.tables
                             if result_path(args.out, p).exists()]))
         if not done:

@@ -75,3 +75,34 @@ def test_the_demo_confirmation_replay_confirms_a_clear_winner_and_keeps_the_defa
     assert demo_replay.demo_confirm({"default": 100.0, "top": 130.0}, noise, 0.02, 0) == (True, False)
     equal = [demo_replay.demo_confirm({"default": 100.0, "top": 100.0}, noise, 0.02, s) for s in range(20)]
     assert sum(won for won, _ in equal) <= 1, equal
+
+
+def test_an_arm_can_end_with_the_products_confirmation_and_its_answer_is_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--confirmation product: the arm's best measured config against the default in rounds of fresh starts (3 to
+    6, the default's starts counted), judged and answered by search/confirm/confirm.py; the pick is the confirmed
+    winner, else the default; each seed's answer kind is kept and reported."""
+    monkeypatch.setattr(noisy_replay, "CONFIRMATION", "product")
+    table = replay.load_table(VLLM)
+    table.judge(0.03)
+    noise = noisy_replay.Noise(table, noisy_replay.measured_runs(VLLM, table))
+    for seed in range(3):
+        values = noise.draws(seed, 0.05)
+        run = noisy_replay.Run(table, values)
+        for i in range(8):
+            run.measure(i)
+        out = run.confirm_and_pick()
+        assert out.answer in noisy_replay.ANSWERS, out
+        assert out.starts - out.search_starts in range(6, 13, 2)  # 3..6 rounds of the default and the top config
+        if out.answer != "confirmed":
+            assert out.good == run.good(run.default_index())  # nothing confirmed: the default is kept
+    said = "no config is distinguishable from the default (this confirmation could detect 4% or more)"
+    assert noisy_replay.answer_kind(said) == "no config distinguishable"
+    assert noisy_replay.benchmark([VLLM], ["0.05"], 2, tmp_path, minutes=5, budgets=(6,), only="6 starts")
+    path = noisy_replay.result_path(tmp_path, VLLM)
+    assert path.name.endswith("_product.json")
+    entry = json.loads(path.read_text())
+    outs = entry["levels"]["0.05"]["arms"]["random configs, 6 starts"]
+    assert len(outs) == 2 and all(o[2] in noisy_replay.ANSWERS for o in outs)
+    assert "flagsearch + stop rule" not in entry["levels"]["0.05"]["arms"]
+    assert any(k in noisy_replay.report([entry]) for k in noisy_replay.ANSWERS)
