@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--cap", type=int, default=6, help="rounds cap of each repetition (search ab --rounds)")
     m.add_argument("--minutes", type=float, default=15.0, help="start no repetition after this")
     m.add_argument("--boundary", choices=BOUNDARY_KINDS, default="pocock", help="the gate's thresholds")
+    m.add_argument("--sides", type=int, choices=(1, 2), default=2,
+                   help="1: judged as `search regress` (is B worse?), 2: as `search ab` (default)")
     m.add_argument("--out", type=Path, default=DATA / "calibration_cpu_llama_live.json")
     a = sub.add_parser("analyze", help="rates and noise of measure files (either format)")
     a.add_argument("paths", nargs="+", type=Path)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "measure":
         pairs = [(x.split("-", 1)[0], x.split("-", 1)[1]) for x in args.pairs.split(",")]
         live.measure(args.out, args.space, parse_assignments(args.set), pairs, args.metric, args.reps, args.cap,
-                     args.minutes, args.boundary)
+                     args.minutes, args.boundary, args.sides)
         print(replay.analyze_live([args.out]))
     elif args.cmd == "analyze":
         print(analyze(args.paths, _ints(args.caps), _ints(args.runs)))

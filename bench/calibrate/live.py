@@ -55,9 +55,10 @@ def subjects(space_path: Path, sets: dict[str, Any], names: set[str]) -> dict[st
 
 
 def measure(out: Path, space_path: Path, sets: dict[str, Any], pairs: list[tuple[str, str]], metric: str,
-            reps: int, cap: int, minutes: float, boundary: str = "pocock") -> dict[str, Any]:
+            reps: int, cap: int, minutes: float, boundary: str = "pocock", sides: int = 2) -> dict[str, Any]:
     """`reps` repetitions of every pair (pairs interleaved, so drift spreads over them), until
-    `minutes`; the file is rewritten after every repetition (an interruption keeps what was measured)."""
+    `minutes`; the file is rewritten after every repetition (an interruption keeps what was measured).
+    `sides` 1 judges as `search regress` does ("is B worse?"), 2 as `search ab`."""
     arms = subjects(space_path, sets, {x for pair in pairs for x in pair})
     space = load_space(space_path)
     workload = metric.split(".", 1)[0]
@@ -65,9 +66,10 @@ def measure(out: Path, space_path: Path, sets: dict[str, Any], pairs: list[tuple
     if not workloads:
         raise SystemExit(f"{space_path}: no workload {workload!r} (the metric's prefix)")
     settings = measure_settings(space)
-    plan = SequentialPlan((metric,), max_rounds=cap, boundary=boundary)
+    plan = SequentialPlan((metric,), max_rounds=cap, boundary=boundary, sides=sides)
     data: dict[str, Any] = {"format": "live-ab", "space": str(space_path), "params": sets, "metric": metric,
                             "cap": cap, "min_effect": plan.min_effect, "alpha": plan.alpha, "boundary": boundary,
+                            "sides": sides,
                             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "command": " ".join(sys.argv), "reps": []}
     logs = REPO / "results" / "calibration-logs" / out.stem  # server logs: not data to commit
@@ -79,7 +81,7 @@ def measure(out: Path, space_path: Path, sets: dict[str, Any], pairs: list[tuple
             started, load = time.monotonic(), os.getloadavg()[0]
             run = run_interleaved(arms[a], arms[b], workloads, settings, cap, logs / f"{rep:03d}-{a}-{b}",
                                   stop=sequential_stop(plan))
-            report = report_from_run(run, f"{a} vs {b}", [metric], plan.min_effect, plan.alpha)
+            report = report_from_run(run, f"{a} vs {b}", [metric], plan.min_effect, plan.alpha, sides=sides)
             verdict = next(v for v in report.verdicts if v.metric == metric)
             data["reps"].append({"rep": rep, "a": a, "b": b, "verdict": verdict.verdict,
                                  "change_pct": verdict.change_pct, "rounds": run.rounds_done,
