@@ -173,12 +173,14 @@ def sequential_stop(plan: SequentialPlan) -> StopRule:
 def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
                     work_dir: Path, quality_suite: str | None = None, restart: bool = True,
                     progress: Progress = _quiet, stop: StopRule | None = None,
-                    workloads_b: list[WorkloadSpec] | None = None, shared: bool = False) -> ABRun:
+                    workloads_b: list[WorkloadSpec] | None = None, shared: bool = False,
+                    warm_once: bool = False) -> ABRun:
     """Measure A and B in alternating order for `rounds` rounds (or until `stop` gives a reason).
     Each side runs through its own harness.session.Session (so `restart=False` keeps both servers), or with
     `shared` both through one that keeps one server for both (sides whose launch is the same:
     search/regress/shared_server.py); no server outlives the call. `workloads_b`: B's own workloads where its
-    request-side values differ from A's (default: `workloads`)."""
+    request-side values differ from A's (default: `workloads`). `warm_once`: only each side's first turn warms
+    up (a server that stays up is warm after it)."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
     sides = {"A": (a, SideResult(a.label, dialect=a.settings.dialect)),
@@ -192,7 +194,7 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
     each = {"A": workloads, "B": workloads if workloads_b is None else workloads_b}
     try:
         _rounds(sides, run, each, measure, rounds, work_dir, quality_suite, restart and not shared, progress, stop,
-                sessions)
+                sessions, warm_once)
     except (KeyboardInterrupt, Terminated) as exc:
         run.interrupted = "terminated" if isinstance(exc, Terminated) else "interrupted"
         progress(f"{run.interrupted} after {run.rounds_done} complete rounds: writing the partial report")
@@ -204,14 +206,15 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
 
 def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads: dict[str, list[WorkloadSpec]],
             measure: MeasureSettings, rounds: int, work_dir: Path, quality_suite: str | None, restart: bool,
-            progress: Progress, stop: StopRule | None, sessions: dict[str, Session]) -> None:
+            progress: Progress, stop: StopRule | None, sessions: dict[str, Session], warm_once: bool = False) -> None:
     for rnd in range(rounds):
+        settings = replace(measure, warmup=False) if warm_once and rnd > 0 else measure
         for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
             subject, result = sides[key]
             progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
             meter = LoadMeter().start()  # probes the host's speed first: nothing of ours is busy yet
             try:
-                error = _one_side(key, subject, result, rnd, workloads[key], measure, work_dir, quality_suite,
+                error = _one_side(key, subject, result, rnd, workloads[key], settings, work_dir, quality_suite,
                                   sessions[key], restart)
             finally:
                 run.load.append(meter.stop().to_dict())

@@ -4,12 +4,14 @@ With fresh starts (search/regress/ab.py, the default) every round's difference h
 server start's own level, a few percent on the CPU machines (docs/calibration.md), which pairing cannot remove
 because the two starts are different servers. When A and B differ only in request-side parameters (`side:
 request` in the space: concurrency, rate, max_tokens, requests_per_stream, applied to the workloads and never to
-the engine), their servers would be the same server; then one start serves both, and A's and B's blocks of runs
-alternate on it (A B, B A, A B ...: a block is what one start of the fresh design measures, its warm-up and its
-`repeats` runs). Block r of A is paired with block r of B by the same paired test, so the verdict is judged
-the same way; what is gone is the start-to-start term. What the shared design cannot see: a request-side change
-whose effect depends on the start (it is judged on this one server's start), and the server's quality, which is
-the same server's on both sides (not compared).
+the engine), their servers would be the same server; then one start serves both, and A's and B's runs
+alternate on it, A B, B A, A B ... (request by request for one stream: a run of a workload is its requests), so
+that the two sides of a pair meet the host's speed of the same seconds. A side's `repeats` consecutive runs make
+a block, what one start of the fresh design measures; block r of A is paired with block r of B by the same
+paired test, so the verdict is judged the same way (only each side's first run warms up: the server stays up).
+What is gone is the start-to-start term. What the shared design cannot see: a request-side change whose effect
+depends on the start (it is judged on this one server's start), and the server's quality, which is the same
+server's on both sides (not compared).
 
 `choose_design` picks: shared when the sides differ in request-side parameters and in nothing that reaches the
 engine; otherwise fresh starts (or the kept servers of --keep-servers). Two identical configs (an A/A) keep fresh
@@ -19,13 +21,15 @@ for the shared server anyway (an A/A of the shared design itself).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import statistics
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from harness.measure.workloads import WorkloadSpec
 from harness.session import MeasureSettings
 from search.regress.ab import ABRun, Progress, StopRule, Subject, run_interleaved
+from search.regress.sides import SideResult
 from search.space.space import Resolved
 
 DESIGNS = ("auto", "shared", "fresh")  # `search ab --design`
@@ -101,15 +105,56 @@ def choose_design(a: Resolved, b: Resolved, asked: str = "auto", keep_servers: b
 def run_shared(a: Subject, b: Subject, workloads_a: list[WorkloadSpec], workloads_b: list[WorkloadSpec],
                measure: MeasureSettings, rounds: int, work_dir: Path, progress: Progress = _quiet,
                stop: StopRule | None = None) -> ABRun:
-    """A and B on one server: `rounds` blocks a side, alternating A B, B A, ..., each block A's or B's own
-    workloads with its warm-up and `measure.repeats` runs, paired block by block (ABRun.design "shared"). Raises
-    ValueError when the sides do not start the same server."""
+    """A and B on one server, `rounds` blocks a side of `measure.repeats` runs each, the runs alternating A B,
+    B A, A B ... (request by request for one stream: a run of a workload is its requests), each side at its own
+    workloads; only each side's first run warms up. Returns the run by blocks (`blocks_of`: block r of A paired
+    with block r of B; `stop` looks at whole blocks), ABRun.design "shared". Raises ValueError when the sides do
+    not start the same server."""
     if launch := launch_differences(a, b):
         raise ValueError("a shared server needs A and B to start the same server: " + "; ".join(launch))
-    run = run_interleaved(a, b, workloads_a, measure, rounds, work_dir, None, restart=False, progress=progress,
-                          stop=stop, workloads_b=workloads_b, shared=True)
+    runs = max(1, measure.repeats)
+    turns = run_interleaved(a, b, workloads_a, replace(measure, repeats=1), rounds * runs, work_dir, None,
+                            restart=False, progress=progress, stop=by_blocks(stop, runs) if stop else None,
+                            workloads_b=workloads_b, shared=True, warm_once=True)
+    run = blocks_of(turns, runs)
     share_server(run)
     return run
+
+
+def by_blocks(stop: StopRule, runs: int) -> StopRule:
+    """`stop` asked only after whole blocks of `runs` turns, about the run by blocks (the plan's looks are in
+    blocks); the looks and boundary it sets are kept on the run of turns."""
+    def rule(turns: ABRun) -> str | None:
+        if turns.rounds_done % runs:
+            return None
+        run = blocks_of(turns, runs)
+        reason = stop(run)
+        turns.looks, turns.boundary = run.looks, run.boundary
+        return reason
+    return rule
+
+
+def _grouped(side: SideResult, runs: int, blocks: int) -> SideResult:
+    """One side's turns (one run each) as `blocks` blocks of `runs`: a block's runs together, its counts summed,
+    its per-turn values by their median."""
+    out = replace(side, samples={}, runs={})
+    for metric, per_turn in side.runs.items():
+        out.runs[metric] = [[v for turn in per_turn[k * runs:(k + 1) * runs] for v in turn] for k in range(blocks)]
+    for metric, values in side.samples.items():
+        if metric == "startup.ready_s":
+            out.samples[metric] = list(values)
+            continue
+        summed = metric.endswith((".errors", ".requests"))
+        out.samples[metric] = [float(sum(chunk) if summed else statistics.median(chunk))
+                               for k in range(blocks) if (chunk := values[k * runs:(k + 1) * runs])]
+    return out
+
+
+def blocks_of(turns: ABRun, runs: int) -> ABRun:
+    """The run of one-run turns as whole blocks of `runs` turns a side (a last, unfinished block left out); the
+    turns' order, load windows and errors kept."""
+    blocks = turns.rounds_done // runs
+    return replace(turns, a=_grouped(turns.a, runs, blocks), b=_grouped(turns.b, runs, blocks), rounds_done=blocks)
 
 
 def share_server(run: ABRun) -> int:
@@ -130,7 +175,7 @@ def design_note(design: Design, run: ABRun) -> str:
     if design.name == "shared":
         servers = len(run.a.log_paths)
         started = "1 server start" if servers == 1 else f"{servers} server starts (the server stopped between turns)"
-        return (f"design: {design.why}; {started}, {run.rounds_done} blocks a side in the order of the rounds, "
-                "paired block by block: no start-to-start term in the intervals (they are about this server's "
-                "start), quality not compared (the same server answers both)")
+        return (f"design: {design.why}; {started}, {run.rounds_done} blocks a side, their runs alternating A B, "
+                "B A, ..., paired block by block: no start-to-start term in the intervals (they are about this "
+                "server's start), quality not compared (the same server answers both)")
     return f"design: {design.why}"

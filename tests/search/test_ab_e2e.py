@@ -70,7 +70,8 @@ def test_aa_is_not_a_regression_and_a_claim_on_it_is_contradicted(tmp_path: Path
     assert report["errors"] == []
     assert v["n_a"] == 3 and v["n_b"] == 3 and len(v["samples_a"]) == 3
     assert v["verdict"] != "regressed"
-    assert report["run"]["order"] == ["A", "B", "B", "A", "A", "B"]
+    assert report["run"]["order"] == ["A", "B", "B", "A"] * 3  # run by run: 3 blocks of 2 runs a side
+    assert [len(block) for block in report["run"]["a"]["runs"]["single.e2e_p50_s"]] == [2, 2, 2]
     # The host's speed was probed before every start (what says so when another tenant slowed it).
     probes = report["run"]["host_probe_ms"]
     assert len(probes) == 6 and all(0 < p < 1000 for p in probes), probes
@@ -185,8 +186,8 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
 
 def test_a_request_side_only_ab_runs_on_one_server_and_gives_a_verdict(tmp_path: Path) -> None:
     """A and B differ only in a request-side parameter (max_tokens 8 vs 32): `search ab` starts one server and
-    alternates A's and B's blocks of runs on it, each side with its own max_tokens; the paired test over the
-    blocks calls B's four times longer answers slower."""
+    alternates A's and B's runs on it, each side with its own max_tokens; the paired test over the blocks (a
+    side's 2 consecutive runs) calls B's four times longer answers slower."""
     doc = yaml.safe_load(llama_space(tmp_path, max_tokens=8, warmup=False).read_text())
     doc["params"]["max_tokens"] = {"type": "categorical", "choices": [8, 32], "default": 8, "side": "request"}
     doc["objectives"] = [{"metric": "single.e2e_p50_s", "direction": "minimize"}]
@@ -199,7 +200,8 @@ def test_a_request_side_only_ab_runs_on_one_server_and_gives_a_verdict(tmp_path:
     assert len(list((out / "logs").rglob("server.log"))) == 1  # one start for both sides
     assert report["run"]["a"]["log_paths"] == report["run"]["b"]["log_paths"]
     assert len(report["run"]["a"]["log_paths"]) == 1
-    assert report["run"]["order"] == ["A", "B", "B", "A", "A", "B"]
+    assert report["run"]["order"] == ["A", "B", "B", "A"] * 3  # run by run: 3 blocks of 2 runs a side
+    assert [len(block) for block in report["run"]["a"]["runs"]["single.e2e_p50_s"]] == [2, 2, 2]
     tokens = {key: {t for start in report["run"][key]["runs"]["single.output_tokens"] for t in start} for key in "ab"}
     assert tokens == {"a": {8.0}, "b": {32.0}}, tokens  # each side measured at its own request-side value
     v = verdict(report, "single.e2e_p50_s")

@@ -11,7 +11,15 @@ import yaml
 
 from search.regress.ab import ABRun, Subject, noise_key, subject_from
 from search.regress.baseline import pinned_space
-from search.regress.shared_server import choose_design, design_note, launch_differences, run_shared, share_server
+from search.regress.shared_server import (
+    blocks_of,
+    by_blocks,
+    choose_design,
+    design_note,
+    launch_differences,
+    run_shared,
+    share_server,
+)
 from search.regress.sides import SideResult, resolve_source
 from search.space.space import Space
 from tests.conftest import llama_space_doc
@@ -110,3 +118,35 @@ def test_a_shared_runs_noise_is_stored_apart_from_fresh_and_kept_starts() -> Non
     shared_key = noise_key(run, "w.decode_tok_s")
     run.design = "fresh"
     assert shared_key.endswith("-w-shared-decode_tok_s") and noise_key(run, "w.decode_tok_s") != shared_key
+
+
+def test_alternating_runs_are_paired_as_whole_blocks_and_the_stop_rule_looks_at_blocks() -> None:
+    """Seven one-run turns a side (A B, B A, ...) with 3 runs a block: two whole blocks a side, paired block by
+    block; the unfinished third block is left out; counts are summed over a block, values by their median."""
+    values_a = [100.0, 101.0, 99.0, 98.0, 102.0, 100.0, 97.0]
+    values_b = [90.0, 91.0, 89.0, 92.0, 90.0, 88.0, 93.0]
+    a = SideResult("A", runs={"w.decode_tok_s": [[v] for v in values_a]},
+                   samples={"w.decode_tok_s": values_a, "w.requests": [1.0] * 7, "startup.ready_s": [0.5]})
+    b = SideResult("B", runs={"w.decode_tok_s": [[v] for v in values_b]},
+                   samples={"w.decode_tok_s": values_b, "w.requests": [1.0] * 7})
+    turns = ABRun(a, b, 7, order=["A", "B", "B", "A"] * 3 + ["A", "B"], design="shared")
+    run = blocks_of(turns, 3)
+    assert run.rounds_done == 2 and run.order == turns.order and run.design == "shared"
+    assert run.a.runs["w.decode_tok_s"] == [[100.0, 101.0, 99.0], [98.0, 102.0, 100.0]]
+    assert run.b.runs["w.decode_tok_s"] == [[90.0, 91.0, 89.0], [92.0, 90.0, 88.0]]
+    assert run.a.samples["w.requests"] == [3.0, 3.0] and run.a.samples["w.decode_tok_s"] == [100.0, 100.0]
+    assert turns.a.runs["w.decode_tok_s"][0] == [100.0]  # the turns themselves are left as measured
+    seen: list[int] = []
+
+    def stop(r: ABRun) -> str | None:
+        seen.append(r.rounds_done)
+        r.looks = [2, 3]
+        return "settled" if r.rounds_done == 2 else None
+
+    rule = by_blocks(stop, 3)
+    answers = {}
+    for done in range(1, 8):
+        turns.rounds_done = done
+        answers[done] = rule(turns)
+    assert seen == [1, 2] and answers[6] == "settled" and answers[3] is None and answers[4] is None
+    assert turns.looks == [2, 3]  # the plan's looks, in blocks, kept on the run that is reported
