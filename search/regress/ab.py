@@ -453,7 +453,10 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
 
 def noise_key(run: ABRun, metric: str) -> str:
     """The noise store's setup of a metric in this run (search/verdicts/noise_store.py `key_for`): host, engine, model,
-    workload (kept servers apart: their rounds hold no start-to-start spread), metric."""
+    workload (kept servers and one shared server apart: their rounds hold no start-to-start spread), metric."""
+    if run.design == "shared":  # one server for both sides (search/regress/shared_server.py): a workload of its own
+        workload, _, leaf = metric.partition(".")
+        return noise_store.key_for(run.a.fingerprint, f"{workload}+shared.{leaf}")
     kept = 0 < len(run.a.samples.get("startup.ready_s", [])) < run.rounds_done
     return noise_store.key_for(run.a.fingerprint, metric, kept)
 
