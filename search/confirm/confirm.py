@@ -39,12 +39,14 @@ from search.space.space import Space
 from search.store.results import TrialRecord, TrialState
 from search.study.fresh_start import fixed_trial, measure_fresh
 from search.study.scoring import measure_settings, slo_of
+from search.verdicts import noise_store
 from search.verdicts.blocked import compare_blocked
 from search.verdicts.gate import DEFAULT_ALPHA, MetricVerdict
 from search.verdicts.sequential import (
     MAX_PLANNED_ROUNDS,
     MIN_STARTS,
     family_alpha,
+    paired_logs,
     quantisation_sd,
     rounds_needed,
     settled,
@@ -70,6 +72,7 @@ class Arm:
     failures: list[str] = field(default_factory=list)
     command: str = ""
     fingerprint: dict[str, Any] = field(default_factory=dict)  # material fields (MATERIAL) of its first start
+    host: str = ""  # where it was measured (the noise store's setup: `record_noise`)
 
 
 @dataclass
@@ -209,7 +212,29 @@ def run_confirmation(space: Space, default: TrialRecord, tops: list[TrialRecord]
             if save is not None:
                 save(result(complete=False))
             raise
-    return result(complete=True)
+    final = result(complete=True)
+    record_noise(arms, objective.metric, rounds - done if not resume else rounds - continued_from)
+    return final
+
+
+def record_noise(arms: list[Arm], metric: str, new_rounds: int) -> int:
+    """Add each top config's round differences from the default to the noise store (search/verdicts/noise_store.py),
+    under the setup a paired `search ab` or `regress` of it would use, so that a later study's stop rule prices its
+    confirmation at this setup's start noise. Only the rounds this call measured (a continuation's stored rounds
+    were added by the call that measured them), only where every arm was measured and none failed, and not the
+    positive controls (a slowed default: the same noise, but it says nothing a top config does not). How many
+    arms were added."""
+    if new_rounds < 2 or any(a.failures for a in arms) or not arms or not arms[0].host:
+        return 0
+    rounds = min(len(a.runs) for a in arms)
+    added = 0
+    for arm in arms[1:]:
+        if arm.control:
+            continue
+        pairs = paired_logs(arms[0].runs[rounds - new_rounds:rounds], arm.runs[rounds - new_rounds:rounds])
+        key = noise_store.key_for({**arms[0].fingerprint, "host": arms[0].host}, metric)
+        added += noise_store.add(key, [b - a for a, b in pairs], "confirm") is not None
+    return added
 
 
 def judge(arms: list[Arm], metric: str, direction: str, min_effect: float,
@@ -312,6 +337,7 @@ def _measure(session: Session, space: Space, arm: Arm, log_dir: Path) -> list[fl
                             + "): they cannot be paired, run a new confirmation")
         return []
     arm.fingerprint = arm.fingerprint or material
+    arm.host = arm.host or str(fresh.fingerprint.get("host", ""))
     return fresh.values
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from search.confirm.confirm import Arm
+from search.confirm.confirm import record_noise as record_confirmation
 from search.regress.ab import ABRun, noise_key, record_noise
 from search.regress.sides import SideResult
 from search.verdicts import noise_store
@@ -106,3 +108,25 @@ def test_a_study_reads_the_setup_a_paired_run_stores_under() -> None:
     kept = ABRun(SideResult("A", samples={"startup.ready_s": [1.0]}, fingerprint=fingerprint), SideResult("B"), 4)
     assert noise_key(fresh, METRIC) == noise_store.key_for(fingerprint, METRIC)
     assert noise_key(kept, METRIC) == noise_store.key_for(fingerprint, METRIC, kept=True) != noise_key(fresh, METRIC)
+
+
+def test_a_confirmation_adds_its_top_configs_round_differences_under_the_study_s_setup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search's confirmation is a paired run of its setup: each top config's differences from the default are
+    stored where the stop rule of the next study on that setup reads them; a positive control's are not, a
+    continuation adds only its new rounds, and a failed arm adds nothing."""
+    monkeypatch.setenv("FLAGSEARCH_NOISE", str(tmp_path))
+    fingerprint = {"engine": "llamacpp", "model_id": "m"}
+    default = Arm(0, "default", {}, key="0", runs=[[100.0], [102.0], [99.0], [101.0]], fingerprint=fingerprint,
+                  host="h")
+    top = Arm(3, "#3", {}, key="3", runs=[[110.0], [111.0], [108.0], [112.0]], fingerprint=fingerprint, host="h")
+    control = Arm(-1, "control1", {}, key="control1", control={"slowdown": 0.1},
+                  runs=[[90.0], [92.0], [89.0], [91.0]], fingerprint=fingerprint, host="h")
+    assert record_confirmation([default, top, control], METRIC, 4) == 1
+    key = noise_store.key_for({"host": "h", **fingerprint}, METRIC)
+    stored = noise_store.runs(key)
+    diffs = np.log([110 / 100, 111 / 102, 108 / 99, 112 / 101])
+    assert stored == [(pytest.approx(float(((diffs - diffs.mean()) ** 2).sum())), 3)]
+    assert record_confirmation([default, top], METRIC, 2) == 1 and noise_store.runs(key)[-1][1] == 1  # new rounds
+    top.failures.append("did not start")
+    assert record_confirmation([default, top], METRIC, 4) == 0
