@@ -69,7 +69,8 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
         elif item in ("categorical", "int", "float", "bool", "fixed") and parts:
             continue  # the discriminator's branch name is noise for the user
         else:
-            parts.append(("." if parts else "") + str(item))
+            text = str(item)  # a key holding a newline or an escape is shown quoted: the error stays one line
+            parts.append(("." if parts else "") + (text if text.isprintable() else repr(text)))
     return "".join(parts) or "(top level)"
 
 
