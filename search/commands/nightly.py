@@ -55,7 +55,7 @@ from search.regress.nightly_plan import (
     torch_cuda_problem,
 )
 from search.regress.sides import SideResult
-from search.store.results import write_json_atomic
+from search.store.results import ResultsError, write_json_atomic
 from search.terminal import make_console, progress_printer
 from search.verdicts import noise_store
 from search.verdicts.boundaries import BOUNDARY_KINDS
@@ -194,7 +194,7 @@ def _one_baseline(args: argparse.Namespace, path: Path, baseline: Baseline, cand
         return Result(baseline.name, "build-failed", f"the baseline side's build was not found: {exc}")
     except BuildError as exc:
         return Result(baseline.name, "build-failed", f"the baseline side's build failed: {exc}")
-    except ValueError as exc:
+    except (ValueError, ResultsError) as exc:  # e.g. another night's unfinished rounds in its folder
         return Result(baseline.name, "error", str(exc))
     report_path = out / "report.json"
     if not report_path.exists():

@@ -14,6 +14,7 @@ from typing import Any
 from harness.builds.builds import build_kwargs, describe, option_build, parse_build, stamp
 from harness.engines import EngineSettings, get_engine
 from harness.host.fingerprint import material_differences
+from harness.launch.reaper import Terminated, stop_all
 from harness.session import LaunchFailed
 from search.exit_codes import Exit
 from search.regress.ab import (
@@ -31,6 +32,7 @@ from search.regress.baseline import (
     HOST_MATCH,
     Baseline,
     baseline_from_study,
+    baseline_path,
     load_baseline,
     matching_baselines,
     only_workloads,
@@ -46,8 +48,10 @@ from search.regress.confounding import report_lines, side_image
 from search.regress.explain import explain_claim, subject_changes
 from search.regress.gate_report import GateReport
 from search.regress.nightly import on_engine
+from search.regress.rounds import FILE_NAME as ROUNDS_FILE
+from search.regress.rounds import RoundFile, run_key
 from search.regress.shared_server import DESIGNS, choose_design, design_note, run_shared
-from search.regress.sides import Side, plan_sides, resolve_source, side_spec
+from search.regress.sides import Side, SideResult, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import write_json_atomic, write_text_atomic
 from search.study.scoring import measure_settings
@@ -72,6 +76,7 @@ def _write_outputs(report: GateReport, out: Path | None, extra: dict[str, Any]) 
 
 def cmd_baseline_save(args: argparse.Namespace) -> int:
     overrides = parse_assignments(args.set)
+    state: RoundFile | None = None  # a measured baseline's finished rounds
     source = Path(args.source)
     if source.is_dir():
         if overrides:
@@ -87,20 +92,43 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         config = pin(raw_space_doc(args.source), src.config.as_params())
         if args.workload:  # checked before anything is built or started
             config = only_workloads(config, args.workload, args.source)
+        path = baseline_path(Path(args.dir), args.name)
+        if path.exists() and not args.force:  # said before an hour of starts, not after
+            raise ValueError(f"{path} exists; pass --force to replace it (it is a reviewed file)")
         build = option_build(args.build, progress_printer(args.quiet))
         subject = subject_from(src.space, src.config, src.label, **build_kwargs(build))
         work = Path(args.work_dir or f"results/baseline-{args.name}")
         work.mkdir(parents=True, exist_ok=True)
         settings = measure_settings(src.space, (args.metric or [None])[0], args.repeats)
-        t0 = time.monotonic()
+        specs = [w for w in src.space.workload_specs(dict(subject.request))
+                 if not args.workload or w.name.partition("@")[0] in args.workload]
+        # Every finished start is stored as it ends (search/regress/rounds.py): the same command resumes.
+        state = RoundFile(work / ROUNDS_FILE, run_key(name=args.name, subject=subject, workloads=specs,
+                                                      measure=settings, rounds=args.rounds,
+                                                      quality=src.space.m.quality.suite), "baseline")
+        stored = state.resume()
+        earlier = SideResult.from_dict(stored["side"]) if stored else None
+        done, spent_s = (int(stored["rounds"]), float(stored.get("measured_s", 0.0))) if stored else (0, 0.0)
+        if stored:
+            err.print(f"resuming from {state.path}: {done} of {args.rounds} rounds are stored")
+        t0 = time.monotonic() - spent_s
+        kept = [done]
+
+        def keep(side: SideResult, rounds: int) -> None:
+            state.save(rounds, {"side": side.to_dict(), "measured_s": round(time.monotonic() - t0, 3)})
+            kept[0] = rounds
+
         try:
-            specs = [w for w in src.space.workload_specs(dict(subject.request))
-                     if not args.workload or w.name.partition("@")[0] in args.workload]
             side = measure_alone(subject, specs, settings, args.rounds, work, src.space.m.quality.suite,
-                                 progress_printer(args.quiet))
+                                 progress_printer(args.quiet), earlier=earlier, done=done, save=keep)
         except LaunchFailed as exc:
             err.print(f"[red]error[/]: {exc.detail}")
             return Exit.FAILED
+        except KeyboardInterrupt as exc:
+            stop_all()
+            err.print(f"[yellow]interrupted[/]: servers stopped; {kept[0]} finished round(s) are stored in "
+                      f"{state.path}; the same command resumes them")
+            return Exit.TERMINATED if isinstance(exc, Terminated) else Exit.INTERRUPTED
         stamp(side.fingerprint, build)
         baseline = Baseline(name=args.name, config=config, params=src.config.as_params(),
                             samples=side.samples, sample_unit="round", fingerprint=side.fingerprint,
@@ -115,6 +143,8 @@ def cmd_baseline_save(args: argparse.Namespace) -> int:
         baseline.gate["metrics"] = list(args.metric)
     baseline.gate.setdefault("min_effect", args.min_effect)
     path = save_baseline(baseline, Path(args.dir), overwrite=args.force)
+    if state is not None:  # the baseline file holds them now: the next save measures afresh
+        state.save(args.rounds, {}, complete=True)
     n = {len(v) for v in baseline.samples.values()}
     print(f"saved {path}: {len(baseline.samples)} metrics, {max(n) if n else 0} {baseline.sample_unit}s each; "
           f"gated: {', '.join(baseline.gated_metrics())}")
@@ -200,7 +230,8 @@ def _drift_note(report: GateReport, baseline: Baseline, min_effect: float) -> No
 
 def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespace, title: str, gated: list[str],
                     min_effect: float, sides: int = 2) -> tuple[GateReport, ABRun]:
-    work = Path(args.out or f"results/{title.replace(' ', '-')}") / "logs"
+    folder = Path(args.out or f"results/{title.replace(' ', '-')}")
+    work = folder / "logs"
     work.mkdir(parents=True, exist_ok=True)
     design = choose_design(a, b, getattr(args, "design", "auto"), args.keep_servers)
     progress = progress_printer(args.quiet)
@@ -222,11 +253,31 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
                           boundary=args.boundary, sides=sides)
     settings = measure_settings(space, gated[0] if gated else None, args.repeats)
     stop = sequential_stop(plan) if gated else None
+    # Every finished round is stored as it ends; the same command resumes a killed or interrupted run.
+    state = RoundFile(folder / ROUNDS_FILE, run_key(title=title, a=a, b=b, workloads=workloads, workloads_b=workloads_b,
+                                                    measure=settings, plan=plan, gated=gated, design=design.name,
+                                                    keep_servers=bool(args.keep_servers),
+                                                    quality=space.m.quality.suite), "A/B")
+    stored = state.resume()
+    earlier = ABRun.from_dict(stored["run"]) if stored else None
+    if earlier is not None:
+        shared = design.name == "shared"  # stored by turns of one run a side (search/regress/shared_server.py)
+        done = (f"{earlier.rounds_done} turns (one run a side) of at most {args.rounds} blocks" if shared
+                else f"{earlier.rounds_done} of at most {args.rounds} rounds")
+        err.print(f"resuming from {state.path}: {done} are stored")
+
+    def keep(done: ABRun) -> None:
+        state.save(done.rounds_done, {"run": done.to_dict()})
+
     if design.name == "shared":  # one server, A's and B's blocks alternating on it (search/regress/shared_server.py)
-        run = run_shared(a, b, workloads, workloads_b, settings, args.rounds, work, progress, stop)
+        run = run_shared(a, b, workloads, workloads_b, settings, args.rounds, work, progress, stop, earlier=earlier,
+                         save=keep)
     else:
         run = run_interleaved(a, b, workloads, settings, args.rounds, work, space.m.quality.suite,
-                              restart=not args.keep_servers, progress=progress, stop=stop, workloads_b=workloads_b)
+                              restart=not args.keep_servers, progress=progress, stop=stop, workloads_b=workloads_b,
+                              earlier=earlier, save=keep)
+    if not run.interrupted:  # ended: the next run of this command measures afresh
+        state.save(run.rounds_done, {"run": run.to_dict()}, complete=True)
     record_noise(run, gated, title)  # the noise store learns this setup's spread (search/verdicts/noise_store.py)
     report = report_from_run(run, title, gated, min_effect=min_effect, alpha=args.alpha, sides=sides)
     report.notes.append(design_note(design, run))

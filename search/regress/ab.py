@@ -11,7 +11,9 @@ the run ends as soon as every gated metric is settled at the plan's error rates,
 cap. The gated metrics share one false-alarm budget (alpha split over those that can reject at their share:
 `run_share`); `regress` asks one-sided (is B worse?), `ab` both ways (`SequentialPlan.sides`).
 Quality is checked on the first QUALITY_STARTS starts of each side. A run stopped by Ctrl-C or
-SIGTERM returns what it measured (`ABRun.interrupted`) so that its partial report is written.
+SIGTERM returns what it measured (`ABRun.interrupted`) so that its partial report is written. Every
+finished round is handed to `save` as it ends (the callers store it: search/regress/rounds.py), and a
+stored run (`earlier`) goes on from its rounds: a run killed at any moment loses only the round under way.
 """
 
 from __future__ import annotations
@@ -128,8 +130,19 @@ class ABRun:
                 "stopped": self.stopped, "interrupted": self.interrupted, "design": self.design,
                 "host_probe_ms": self.host_probe_ms, "load": self.load}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ABRun:
+        """A run as `to_dict` wrote it (a stored run to go on from)."""
+        return cls(a=SideResult.from_dict(data["a"]), b=SideResult.from_dict(data["b"]),
+                   rounds_done=int(data["rounds_done"]), order=list(data.get("order", [])),
+                   errors=list(data.get("errors", [])), looks=[int(n) for n in data.get("looks", [])],
+                   boundary=str(data.get("boundary", "pocock")), stopped=str(data.get("stopped", "")),
+                   interrupted=str(data.get("interrupted", "")), design=str(data.get("design", "fresh")),
+                   load=list(data.get("load", [])))
+
 
 StopRule = Callable[[ABRun], str | None]
+SaveRun = Callable[[ABRun], None]
 
 
 @dataclass(frozen=True)
@@ -174,18 +187,21 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
                     work_dir: Path, quality_suite: str | None = None, restart: bool = True,
                     progress: Progress = _quiet, stop: StopRule | None = None,
                     workloads_b: list[WorkloadSpec] | None = None, shared: bool = False,
-                    warm_once: bool = False) -> ABRun:
+                    warm_once: bool = False, earlier: ABRun | None = None, save: SaveRun | None = None) -> ABRun:
     """Measure A and B in alternating order for `rounds` rounds (or until `stop` gives a reason).
     Each side runs through its own harness.session.Session (so `restart=False` keeps both servers), or with
     `shared` both through one that keeps one server for both (sides whose launch is the same:
     search/regress/shared_server.py); no server outlives the call. `workloads_b`: B's own workloads where its
     request-side values differ from A's (default: `workloads`). `warm_once`: only each side's first turn warms
-    up (a server that stays up is warm after it)."""
+    up (a server that stays up is warm after it; a resumed run's first turn warms up again). `earlier`: a
+    stored run of the same plan, continued from its rounds (the order goes on alternating where it stopped);
+    `save` gets the run after every finished round, its stop rule applied, never with a round half done."""
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    sides = {"A": (a, SideResult(a.label, dialect=a.settings.dialect)),
-             "B": (b, SideResult(b.label, dialect=b.settings.dialect))}
-    run = ABRun(sides["A"][1], sides["B"][1], 0, design="shared" if shared else "fresh" if restart else "kept")
+    run = earlier or ABRun(SideResult(a.label, dialect=a.settings.dialect),
+                           SideResult(b.label, dialect=b.settings.dialect), 0,
+                           design="shared" if shared else "fresh" if restart else "kept")
+    sides = {"A": (a, run.a), "B": (b, run.b)}
     if shared:
         one = Session(progress, keep_server=True)
         sessions = {"A": one, "B": one}
@@ -194,7 +210,7 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
     each = {"A": workloads, "B": workloads if workloads_b is None else workloads_b}
     try:
         _rounds(sides, run, each, measure, rounds, work_dir, quality_suite, restart and not shared, progress, stop,
-                sessions, warm_once)
+                sessions, warm_once, save)
     except (KeyboardInterrupt, Terminated) as exc:
         run.interrupted = "terminated" if isinstance(exc, Terminated) else "interrupted"
         progress(f"{run.interrupted} after {run.rounds_done} complete rounds: writing the partial report")
@@ -206,9 +222,13 @@ def run_interleaved(a: Subject, b: Subject, workloads: list[WorkloadSpec], measu
 
 def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads: dict[str, list[WorkloadSpec]],
             measure: MeasureSettings, rounds: int, work_dir: Path, quality_suite: str | None, restart: bool,
-            progress: Progress, stop: StopRule | None, sessions: dict[str, Session], warm_once: bool = False) -> None:
-    for rnd in range(rounds):
-        settings = replace(measure, warmup=False) if warm_once and rnd > 0 else measure
+            progress: Progress, stop: StopRule | None, sessions: dict[str, Session], warm_once: bool = False,
+            save: SaveRun | None = None) -> None:
+    if run.stopped or run.errors:  # a stored run that had ended: nothing more to measure
+        return
+    first = run.rounds_done  # a resumed run starts its servers again: their first turn warms up
+    for rnd in range(first, rounds):
+        settings = replace(measure, warmup=False) if warm_once and rnd > first else measure
         for key in (("A", "B") if rnd % 2 == 0 else ("B", "A")):
             subject, result = sides[key]
             progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
@@ -226,6 +246,9 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
         reason = stop(run) if stop is not None else None
         if reason:
             run.stopped = reason
+        if save is not None:
+            save(run)
+        if reason:
             progress(reason)
             break
 
@@ -277,15 +300,20 @@ def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workload
 
 
 def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: MeasureSettings, rounds: int,
-                  work_dir: Path, quality_suite: str | None = None, progress: Progress = _quiet) -> SideResult:
-    """One config, `rounds` fresh server starts (the sample unit a baseline file stores)."""
-    result = SideResult(subject.label, dialect=subject.settings.dialect)
+                  work_dir: Path, quality_suite: str | None = None, progress: Progress = _quiet,
+                  earlier: SideResult | None = None, done: int = 0,
+                  save: Callable[[SideResult, int], None] | None = None) -> SideResult:
+    """One config, `rounds` fresh server starts (the sample unit a baseline file stores). `earlier`: the
+    `done` rounds of a stored run, continued; `save` gets the result and its rounds after every round."""
+    result = earlier or SideResult(subject.label, dialect=subject.settings.dialect)
     with Session(progress, keep_server=False) as session:
-        for rnd in range(rounds):
+        for rnd in range(done, rounds):
             progress(f"round {rnd + 1}/{rounds}")
             error = _one_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, session, True)
             if error:
                 raise LaunchFailed("measure", error, [], subject.label)
+            if save is not None:
+                save(result, rnd + 1)
     return result
 
 
@@ -352,7 +380,7 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
         report.notes.append(busy)
     if run.interrupted:
         report.errors.append(f"{run.interrupted} after {run.rounds_done} complete rounds: a partial report "
-                             "(the verdicts are those of the rounds done)")
+                             "(the verdicts are those of the rounds done); the same command resumes from them")
     return report
 
 

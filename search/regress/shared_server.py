@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.measure.workloads import WorkloadSpec
 from harness.session import MeasureSettings
-from search.regress.ab import ABRun, Progress, StopRule, Subject, run_interleaved
+from search.regress.ab import ABRun, Progress, SaveRun, StopRule, Subject, run_interleaved
 from search.regress.sides import SideResult
 from search.space.space import Resolved
 
@@ -104,18 +104,20 @@ def choose_design(a: Resolved, b: Resolved, asked: str = "auto", keep_servers: b
 
 def run_shared(a: Subject, b: Subject, workloads_a: list[WorkloadSpec], workloads_b: list[WorkloadSpec],
                measure: MeasureSettings, rounds: int, work_dir: Path, progress: Progress = _quiet,
-               stop: StopRule | None = None) -> ABRun:
+               stop: StopRule | None = None, earlier: ABRun | None = None, save: SaveRun | None = None) -> ABRun:
     """A and B on one server, `rounds` blocks a side of `measure.repeats` runs each, the runs alternating A B,
     B A, A B ... (request by request for one stream: a run of a workload is its requests), each side at its own
     workloads; only each side's first run warms up. Returns the run by blocks (`blocks_of`: block r of A paired
     with block r of B; `stop` looks at whole blocks), ABRun.design "shared". Raises ValueError when the sides do
-    not start the same server."""
+    not start the same server. `earlier`, `save`: as run_interleaved's, on the run by turns (one run a side each):
+    every finished turn is stored, and a stored run by turns goes on from its turns."""
     if launch := launch_differences(a, b):
         raise ValueError("a shared server needs A and B to start the same server: " + "; ".join(launch))
     runs = max(1, measure.repeats)
     turns = run_interleaved(a, b, workloads_a, replace(measure, repeats=1), rounds * runs, work_dir, None,
                             restart=False, progress=progress, stop=by_blocks(stop, runs) if stop else None,
-                            workloads_b=workloads_b, shared=True, warm_once=True)
+                            workloads_b=workloads_b, shared=True, warm_once=True, earlier=earlier,
+                            save=save)
     run = blocks_of(turns, runs)
     share_server(run)
     return run

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +134,9 @@ class SideResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SideResult:
+        """A side as `to_dict` wrote it; fields a newer release added and this one lacks are left out."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
