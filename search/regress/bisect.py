@@ -13,17 +13,20 @@ that failed, the probe says so. Before a build is named, the adjacent pair (last
 is measured directly if no probe compared exactly those two: a regression that only shows against
 an older reference (a gradual drift) is reported as such, not pinned on one build.
 
-Resumable: every finished (or extended) probe is written to the state file (default
-OUT/bisect-state.json) with its raw samples; the same command again continues where it stopped.
+Resumable: every probe is written to the state file (default OUT/bisect-state.json) with its raw
+samples after each of its rounds (a probe cut short keeps the rounds it finished and the rounds it was
+to reach, `planned`); the same command again continues where it stopped.
 Exit codes as `regress`: 0 no regression in the range, 1 the first regressed build was found,
 2 inconclusive (the narrowest range is printed) or error.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from harness.builds.builds import Build, BuildError, BuildSpec, ensure_build, pa
 from harness.files import load_yaml
 from harness.host.hostload import host_speed_note, load_note
 from search.exit_codes import Exit
-from search.regress.ab import kept_unpinned_note, run_interleaved, subject_from
+from search.regress.ab import ABRun, kept_unpinned_note, run_interleaved, subject_from
 from search.regress.sides import Source
 from search.store.results import read_json, write_json_atomic
 from search.study.scoring import measure_settings
@@ -72,6 +75,7 @@ class Probe:
     good: int  # index of the reference build (the last one found good)
     build: int  # index of the probed build
     rounds: int = 0  # rounds per side measured so far
+    planned: int = 0  # the rounds its current measurement is to reach: a probe killed short of them goes on
     verdict: str = ""  # the gate's verdict on the metric, or "error"
     final: bool = False  # no more rounds will be added
     samples_a: list[float] = field(default_factory=list)
@@ -111,6 +115,8 @@ def next_step(n: int, probes: list[Probe], rounds: int, max_rounds: int) -> Step
         raise ValueError("bisect needs at least two builds (the first is the good reference)")
     if probes and not probes[-1].final:
         p = probes[-1]
+        if p.rounds < p.planned:  # cut short (killed, interrupted): its measurement goes on
+            return Step("measure", p.good, p.build, p.planned - p.rounds)
         if p.verdict == "inconclusive" and p.rounds < max_rounds:
             return Step("measure", p.good, p.build, min(rounds, max_rounds - p.rounds))
         p.final = True
@@ -191,8 +197,9 @@ def pip_range(text: str) -> list[tuple[str, str]]:
 # ---- measuring a probe ------------------------------------------------------------------------------
 
 def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_rounds: int, plan: BisectPlan,
-                  work: Path) -> Probe:
-    """Add `extra_rounds` interleaved rounds per side to a probe and judge it on `metric`."""
+                  work: Path, checkpoint: Callable[[], None] | None = None) -> Probe:
+    """Add `extra_rounds` interleaved rounds per side to a probe and judge it on `metric`. `checkpoint`
+    stores the probe after each finished round (the bisection's state file)."""
     a = subject_from(src.space, src.config, f"good {good.spec.name}", **good.subject_kwargs())
     b = subject_from(src.space, src.config, f"probe {probed.spec.name}", **probed.subject_kwargs())
     metric = plan.metric
@@ -202,22 +209,37 @@ def measure_probe(src: Source, good: Build, probed: Build, probe: Probe, extra_r
     logs.mkdir(parents=True, exist_ok=True)
     # The space's own measurement policy (how many warmups at most, stalls): a probe is many runs.
     settings = measure_settings(src.space, metric, plan.repeats)
+    before = Probe(**asdict(probe))
+    probe.planned = probe.rounds + extra_rounds
+
+    def add_rounds(run: ABRun) -> None:
+        # The probe as it stood, plus this measurement's finished rounds: a round cut by Ctrl-C or a failed
+        # start has one side only and is left out.
+        done = run.rounds_done
+        probe.samples_a = before.samples_a + run.a.samples.get(metric, [])[:done]
+        probe.samples_b = before.samples_b + run.b.samples.get(metric, [])[:done]
+        probe.runs_a = before.runs_a + run.a.runs.get(metric, [])[:done]
+        probe.runs_b = before.runs_b + run.b.runs.get(metric, [])[:done]
+        probe.host_probe_ms = before.host_probe_ms + run.host_probe_ms
+        probe.load = before.load + run.load
+        probe.rounds = before.rounds + done
+
+    def keep(run: ABRun) -> None:
+        add_rounds(run)
+        if checkpoint is not None:
+            checkpoint()
+
     run = run_interleaved(a, b, workloads, settings, extra_rounds, logs,
-                          None, restart=not plan.keep_servers, progress=progress_printer(plan.quiet))
-    done = run.rounds_done  # a round cut by Ctrl-C or a failed start has one side only: left out
-    probe.samples_a += run.a.samples.get(metric, [])[:done]
-    probe.samples_b += run.b.samples.get(metric, [])[:done]
-    probe.runs_a += run.a.runs.get(metric, [])[:done]
-    probe.runs_b += run.b.runs.get(metric, [])[:done]
-    probe.host_probe_ms += run.host_probe_ms
-    probe.load += run.load
-    probe.rounds += done
+                          None, restart=not plan.keep_servers, progress=progress_printer(plan.quiet), save=keep)
+    add_rounds(run)
+    done = run.rounds_done
     if run.interrupted:
         probe.note = f"{run.interrupted} during round {done + 1}: {probe.rounds} rounds kept"
         raise KeyboardInterrupt(run.interrupted)
     for side, fp, build in (("a", run.a.fingerprint, good), ("b", run.b.fingerprint, probed)):
         if fp and not getattr(probe, f"fingerprint_{side}"):
             setattr(probe, f"fingerprint_{side}", {**fp, "build": build.fingerprint_fields()})
+    probe.planned = probe.rounds  # measured as far as it was to go (or a side failed: final below)
     if run.errors:
         probe.verdict, probe.final, probe.note = "error", True, "; ".join(run.errors)[:500]
         if run.a.failure:  # the reference failed, not the probed build: say so
@@ -294,8 +316,8 @@ def bisect(src: Source, src_text: str, specs: list[BuildSpec], plan: BisectPlan,
             raise ValueError(f"{state_path} belongs to another bisection (other builds, metric or settings); "
                              "give another --out/--state or delete it")
         probes = [Probe(**p) for p in state.get("probes", [])]
-        for p in probes:
-            if p.verdict != "error" and p.samples_a and p.samples_b:
+        for p in probes:  # a probe cut short is judged once its measurement is done, at the look it was for
+            if p.verdict != "error" and p.samples_a and p.samples_b and p.rounds >= p.planned:
                 judge_probe(p, metric, plan.min_effect, plan.alpha, plan.max_rounds, plan.rounds,
                             kept=plan.keep_servers)
         err.print(f"resuming from {state_path}: {len(probes)} probe(s) done")
@@ -324,7 +346,8 @@ def bisect(src: Source, src_text: str, specs: list[BuildSpec], plan: BisectPlan,
             probe.verdict, probe.final, probe.note = "error", True, f"build failed: {exc}"[:500]
             continue
         try:
-            measure_probe(src, pair[0], pair[1], probe, step.rounds, plan, out / "logs")
+            measure_probe(src, pair[0], pair[1], probe, step.rounds, plan, out / "logs",
+                          checkpoint=functools.partial(_save, state_path, key, probes, step, specs))
         except KeyboardInterrupt as exc:
             _save(state_path, key, probes, step, specs)
             text = render(specs, probes, step, metric, plan.min_effect, interrupted=str(exc) or "interrupted")

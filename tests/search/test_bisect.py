@@ -129,3 +129,14 @@ def test_a_probe_of_kept_unpinned_servers_on_a_varying_host_says_so() -> None:
     for quiet in (judge_probe(probe("0"), "single.decode_tok_s", 0.2, 0.05, 5, 5, kept=True),
                   judge_probe(probe(None), "single.decode_tok_s", 0.2, 0.05, 5, 5, kept=False)):
         assert "kept running" not in quiet.note and "CPU speed varied" in quiet.note, quiet.note
+
+
+def test_a_probe_cut_short_goes_on_to_the_rounds_it_was_to_reach() -> None:
+    # Killed (or Ctrl-C'd) after 2 of its 5 rounds, the first probe is stored unjudged with what it was to
+    # reach: the resumed bisection measures its 3 missing rounds, never sets it aside or starts it again.
+    cut = Probe(good=0, build=3, rounds=2, planned=5, runs_a=[[10.0], [10.1]], runs_b=[[9.0], [9.1]])
+    assert next_step(4, [cut], rounds=5, max_rounds=10) == Step("measure", 0, 3, 3)
+    assert not cut.final
+    # An extension of an inconclusive probe cut short likewise resumes that extension, to its end.
+    extended = Probe(good=0, build=3, rounds=7, planned=10, verdict="inconclusive")
+    assert next_step(4, [extended], rounds=5, max_rounds=10) == Step("measure", 0, 3, 3)
