@@ -167,7 +167,7 @@ def sentinel_reading(report: dict[str, Any]) -> dict[str, Any]:
     stored = [run.get(k) or {} for k in ("a", "b")]
     sides = [SideResult(str(d.get("label", "")), samples=dict(d.get("samples", {})), runs=dict(d.get("runs", {})),
                         fingerprint=dict(d.get("fingerprint", {}))) for d in stored]
-    ab = ABRun(sides[0], sides[1], int(run.get("rounds_done", 0)))
+    ab = ABRun(sides[0], sides[1], int(run.get("rounds_done", 0)), design=str(run.get("design", "fresh")))
     for v in gated:
         metric = v["metric"]
         if metric in ab.a.runs and metric in ab.b.runs:
