@@ -176,11 +176,14 @@ def test_a_terminated_ab_writes_its_partial_report(tmp_path: Path) -> None:
     assert report["run"]["interrupted"] == "terminated" and report["run"]["rounds_done"] == 2
     assert any("partial report" in e for e in report["errors"]) and report["outcome"] == "error"
     v = verdict(report, "single.decode_tok_s")
-    first = obrien_fleming_thresholds(tuple(range(3, 13)), 0.01)[0]  # the metric's share: errors are gated too
+    # The metric's share is the whole alpha: with no failed request the errors test cannot reject at any
+    # share, so it takes none (search/verdicts/sequential.py `family_share`).
+    assert report["errors"] == [] or all("partial report" in e for e in report["errors"])
+    first = obrien_fleming_thresholds(tuple(range(3, 13)), 0.02)[0]
     # Judged at that look's threshold (its interval as wide as one look at 1 - p*), labelled by the
     # repeated level the plan keeps over all its looks.
     assert v["n_a"] == 2 and abs(v["look_level"] - (1 - first)) < 1e-9 and "O'Brien-Fleming" in v["note"], v
-    assert abs(v["level"] - 0.99) < 1e-9
+    assert abs(v["level"] - 0.98) < 1e-9  # the repeated level over the plan at the metric's share
     assert report["run"]["boundary"] == "obrien-fleming"
 
 
