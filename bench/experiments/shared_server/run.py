@@ -44,9 +44,9 @@ DESIGNS = ("fresh", "shared")
 SHOWN = ("fresh", "shared", "shared-blocks")  # shared-blocks: the first form, blocks of runs alternating (JSON only)
 
 
-def segment(design: str, pairs: int, logs: Path) -> dict[str, Any]:
+def segment(space: Path, design: str, pairs: int, logs: Path) -> dict[str, Any]:
     """`pairs` rounds of one design: each side's runs grouped by start (fresh) or block (shared)."""
-    source = resolve_source(str(SPACE), {"max_tokens": 64})
+    source = resolve_source(str(space), {"max_tokens": 64})
     a = subject_from(source.space, source.config, "A")
     b = subject_from(source.space, source.config, "B")
     workloads = source.space.workload_specs(dict(a.request))
@@ -101,16 +101,21 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=DATA / f"shared_server_aa_cpu_llama_{now()[:10].replace('-', '')}.json",
                     help="the results file (default: bench/data/shared_server_aa_cpu_llama_DATE.json)")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
+    ap.add_argument("--space", type=Path, default=SPACE, help="another build of space.yaml (device.sh: a pinned "
+                                                              "server on the GPU machine's CPU)")
+    ap.add_argument("--logs", type=Path, default=REPO / "results" / "shared-server-logs")
     args = ap.parse_args()
+    where = args.space.resolve()
+    shown = where.relative_to(REPO) if where.is_relative_to(REPO) else where
     data: dict[str, Any] = (json.loads(args.out.read_text()) if args.out.exists() else
-                            {"space": str(SPACE.relative_to(REPO)), "metric": METRIC, "started": now(), "segments": []})
+                            {"space": str(shown), "metric": METRIC, "started": now(), "segments": []})
     if not args.report:
-        logs = REPO / "results" / "shared-server-logs"
+        logs = args.logs
         per_design = args.pairs // args.segment
         for n in range(len(data["segments"]), 2 * per_design):
             design = DESIGNS[n % 2] if (n // 2) % 2 == 0 else DESIGNS[1 - n % 2]  # fresh shared shared fresh ...
             t0 = time.monotonic()
-            got = segment(design, args.segment, logs / f"{n:02d}-{design}")
+            got = segment(args.space, design, args.segment, logs / f"{n:02d}-{design}")
             data["segments"].append({**got, "seconds": round(time.monotonic() - t0, 1), "at": now(),
                                      "loadavg": loadavg()})
             data["finished"] = now()
