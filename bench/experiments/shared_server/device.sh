@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The shared-server experiment (run.py) on a calm many-core CPU: the GPU machine's host CPU, no GPU used.
-# WORKERS independent repetitions at once, each with its servers pinned to one core and its client to another
-# (no two share a core); the model is a random-weight f16 GGUF of SmolLM2-135M's shape (as bench/gpu/cpu_live.sh).
+# The shared-server experiment (run.py) on a many-core CPU: the GPU machine's host CPU, no GPU used (not
+# calm with 7 workers: docs/lab-notes/2026-12-02-shared-server.md). WORKERS independent repetitions at once,
+# each with its servers pinned to one core and its client to another (no two share a core); the model is a
+# random-weight f16 GGUF of SmolLM2-135M's shape (as bench/gpu/cpu_live.sh).
 # Run through the `device` tool from the repo root with carry [".gpu", ".whl"] (scripts/prepare_gpu.sh):
 #   WORKERS=7 PAIRS=12 bash bench/experiments/shared_server/device.sh
 # Each worker writes $OUT/shared-server-<worker>.json and prints its table.
