@@ -18,12 +18,7 @@ DEADLINE_S="${DEADLINE_S:-560}"  # the whole command ends inside the device tool
 REPS="${REPS:-4}"
 TAG="${TAG:-$(date +%H%M%S)}"
 T0=$(date +%s)
-mkdir -p "$FSGPU" "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH="/tmp/site:$PWD" FLAGSEARCH_HOME="$FSGPU/home"
-lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"
-GGML_CUDA=OFF bash bench/gpu/build_llama_cuda.sh .gpu/llama-src.tgz "$FSGPU/cpu" || exit 1
+source bench/gpu/cpu_host.sh || exit 1
 # A small llama (27M parameters, f16: 54 MB) keeps a start to seconds on one core; SmolLM2-135M's own
 # shape in f16 (the generator writes f16 only) decodes at a few tokens a second there.
 MODEL="$FSGPU/random-27m-f16.gguf"

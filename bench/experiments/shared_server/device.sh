@@ -12,13 +12,7 @@ OUT="${OUT:-/tmp/fsgpu-out}"
 WORKERS="${WORKERS:-7}"
 PAIRS="${PAIRS:-12}"
 T0=$(date +%s)
-mkdir -p "$FSGPU" "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH="/tmp/site:$PWD" FLAGSEARCH_HOME="$FSGPU/home"
-lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"
-[ -x "$FSGPU/cpu/bin/llama-server" ] || GGML_CUDA=OFF bash bench/gpu/build_llama_cuda.sh .gpu/llama-src.tgz "$FSGPU/cpu" \
-  || exit 1
+source bench/gpu/cpu_host.sh || exit 1
 MODEL="$FSGPU/random-smollm2-f16.gguf"
 if [ ! -f "$MODEL" ]; then
   python3 -m bench.gpu gguf "$MODEL.tmp" --hidden 576 --layers 30 --ffn 1536 --heads 9 --kv-heads 3 \
