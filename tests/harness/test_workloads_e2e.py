@@ -89,6 +89,7 @@ def test_hungarian_costs_more_tokens_per_word(llama_session: Session, tmp_path: 
 SUBSET = ("needle_early", "tool_weather", "hu_capital", "hu_days", "json_people", "wp_apples")
 
 
+@pytest.mark.slow  # long prompts (the needle) prefilled at -t 1; the suite's parsing has unit tests
 def test_big_suite_kinds_run_and_are_judged_relative_to_the_reference(llama_session: Session,
                                                                       tmp_path: Path) -> None:
     big = {c.name: c for c in suites()["big"]}
