@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 
+@pytest.mark.slow  # statistical: 4 builds told apart; make test bisects for real in test_kill_at_random
 def test_bisect_finds_the_first_throttled_build_and_resumes(tmp_path: Path,
                                                             record_branch: Callable[[str, str], None]) -> None:
     # Two runs a round, no warm-up: the sides differ by 50%, far beyond a run's spread (2-4% alone),

@@ -47,6 +47,7 @@ def confirm_until(space: Path, folder: Path, storage: str, rounds: int, sig: sig
     return proc.returncode, out, err
 
 
+@pytest.mark.slow  # make test kills and resumes a confirmation in test_kill_at_random
 def test_a_killed_confirmation_resumes_from_its_stored_rounds(tmp_path: Path) -> None:
     doc = llama_space_doc(engine_args={"ctx_size": 512, "parallel": 1, "threads": 1}, name="resume",
                           params={"batch_size": {"type": "categorical", "choices": [2048, 512], "default": 2048}},
