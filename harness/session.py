@@ -5,7 +5,6 @@ bisect runs all go through it; its ServerPool owns server reuse and teardown."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from harness.failure import Cause, Failure, TrialFailed
 from harness.host.fingerprint import fingerprint
 from harness.launch import LaunchSpec, StartupError, get_launcher, log_tail, wait_ready
 from harness.launch.base import DAEMON_LOST, OOM_KILLED, Server, exit_text, killed_for_memory
+from harness.launch.reaper import run_async
 from harness.measure.client import served_model_id, tls_context
 from harness.measure.measure import WorkloadMeasurement, measure_workload
 from harness.measure.roofline import Roofline
@@ -165,7 +165,7 @@ def _server_info(engine: Engine, base_url: str) -> dict[str, str]:
         async with httpx.AsyncClient(timeout=10.0, verify=tls_context()) as client:
             return await engine.server_info(client, base_url)
     try:
-        return asyncio.run(ask())
+        return run_async(ask())
     except (httpx.HTTPError, ValueError):
         return {}
 
@@ -190,7 +190,7 @@ def _measure_running(running: RunningConfig, workloads: list[WorkloadSpec], sett
                 return
 
     try:
-        asyncio.run(go())
+        run_async(go())
     except httpx.HTTPError:
         if running.alive():
             raise
@@ -347,7 +347,7 @@ class Session:
                                            running.engine.dialect, spec, model, params, timeout_s)
 
         try:
-            return asyncio.run(capture())
+            return run_async(capture())
         finally:
             if not self.keep_server:
                 self.pool.release()
@@ -377,7 +377,7 @@ class Session:
         """Quality, then whether the server lived through the measurement; raises TrialFailed."""
         if quality is not None and running.alive():
             self.progress(f"checking quality ({getattr(quality.spec, 'suite', None) or 'reference agreement'})")
-            result.quality = asyncio.run(_assess(running, quality))
+            result.quality = run_async(_assess(running, quality))
             if result.quality.fatal:  # garbage never wins, whatever its speed
                 raise TrialFailed(Failure(Cause.DEGENERATE_OUTPUT, result.quality.fatal), result.command,
                                   result.log_path, result)

@@ -3,6 +3,7 @@ killed search left behind, found by the tag in their environment and stopped on 
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -10,10 +11,12 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 import psutil
+
+T = TypeVar("T")
 
 OWNER_ENV = "FLAGSEARCH_OWNER"  # "<pid>:<create time>" of the tool process that started the server
 SERVER_ENV = "FLAGSEARCH_SERVER"  # one id per started server
@@ -50,6 +53,23 @@ class Terminated(KeyboardInterrupt):
 
 def _on_terminate(signum: int, frame: Any) -> None:
     raise Terminated(f"signal {signum}")
+
+
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, except that a Ctrl-C or a SIGTERM that lands inside a task group (anyio's, under
+    httpx's connect) is raised as itself: the signal handler raises in whatever frame runs, and a task
+    group wraps what its tasks raise in a BaseExceptionGroup, which the callers' `except
+    KeyboardInterrupt` (Terminated is one) would not catch: the tool would end in a traceback, exit 1."""
+    try:
+        return asyncio.run(coroutine)
+    except BaseExceptionGroup as group:
+        stops = group.subgroup(lambda e: isinstance(e, KeyboardInterrupt))
+        if stops is None:
+            raise
+        first: BaseException = stops
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 def install_signal_handlers() -> None:
