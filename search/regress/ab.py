@@ -466,7 +466,7 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
         if req in a.samples and req in b.samples:
             return compare_errors(metric, int(sum(a.samples.get(metric, []))), int(sum(a.samples[req])),
                                   int(sum(b.samples.get(metric, []))), int(sum(b.samples[req])), alpha, gated,
-                                  sides)
+                                  sides, looks)
     if metric in a.runs and metric in b.runs:
         prior = noise_store.prior(noise_key(run, metric)) if gated and noise_store.borrowing() else None
         return compare_paired(metric, a.runs[metric], b.runs[metric], min_effect=min_effect, alpha=alpha,

@@ -58,6 +58,23 @@ def sequential_p_threshold(looks: tuple[int, ...], alpha: float = DEFAULT_ALPHA,
     return float(np.quantile(min_p, alpha))
 
 
+@lru_cache(maxsize=256)
+def count_look_level(looks: tuple[int, ...], level: float, sims: int = 200_000, seed: int = 13) -> float:
+    """The one-sided level at which a test of counts summed over the rounds so far (the errors test: Fisher's on
+    the failed requests up to this look) is judged at each of these looks, so that under no change the chance of
+    any look crossing it is `level` (a Pocock boundary for a statistic whose increments are independent, as a
+    count's are: simulated on the z statistic of cumulative sums, seeded). One look: `level` itself. Fisher's test
+    is discrete and conservative, so the run's rate stays at or below `level` (simulated:
+    bench/experiments/family_share)."""
+    from scipy import special  # lazily: scipy costs every CLI start ~0.25 s
+    looks = tuple(sorted(set(n for n in looks if n >= 1)))
+    if len(looks) <= 1 or level <= 0:
+        return level
+    sums = np.cumsum(np.random.default_rng(seed).standard_normal((sims, looks[-1])), axis=1)
+    z = np.stack([sums[:, n - 1] / math.sqrt(n) for n in looks], axis=1)
+    return float(np.quantile(special.ndtr(-z.max(axis=1)), level))
+
+
 def _plan_key(looks: tuple[int, ...], alpha: float) -> str:
     return f"{alpha:.6g}|{','.join(map(str, looks))}"
 

@@ -49,6 +49,7 @@ from search.verdicts.boundaries import (
     BOUNDARIES,
     MAX_PLANNED_ROUNDS,
     MIN_STARTS,
+    count_look_level,
     look_p_threshold,
     looks_text,
     sequential_p_threshold,
@@ -439,9 +440,12 @@ ERRORS_SUGGEST_P = 0.10  # B's excess errors at one-sided p below this (not sign
 
 
 def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, requests_b: int,
-                   alpha: float = DEFAULT_ALPHA, gated: bool = True, sides: int = 2) -> MetricVerdict:
+                   alpha: float = DEFAULT_ALPHA, gated: bool = True, sides: int = 2,
+                   looks: tuple[int, ...] | None = None) -> MetricVerdict:
     """Failed requests judged as rates (one-sided Fisher exact tests: at alpha / 2 each way; where the question is
-    one-sided, sides 1, "regressed" at the whole alpha and "improved" at alpha / 2).
+    one-sided, sides 1, "regressed" at the whole alpha and "improved" at alpha / 2). With the looks of a sequential
+    plan, each of those levels is the per-look level that keeps any look's crossing at it (`count_look_level`):
+    the counts are judged again at every look, and a level held at each look alone is exceeded by the run.
 
     regressed: B's rate is significantly higher; improved: significantly lower; inconclusive: B
     failed more often with p < 0.10 but not significantly (said, not passed silently); unchanged:
@@ -449,7 +453,11 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
     inconclusive is at most ~10% and regressed at most its level (measured: docs/calibration.md).
     median_a / median_b are the error rates."""
     from scipy import stats as sps  # lazily: 0.6 s of every CLI start
-    worse_level = alpha if sides == 1 else alpha / 2
+    worse_run, better_run = (alpha if sides == 1 else alpha / 2), alpha / 2
+    worse_level, better_level = worse_run, better_run
+    if looks is not None and len(set(looks)) > 1:
+        plan = tuple(looks)
+        worse_level, better_level = count_look_level(plan, worse_run), count_look_level(plan, better_run)
     rate_a = errors_a / requests_a if requests_a else math.nan
     rate_b = errors_b / requests_b if requests_b else math.nan
     table = [[errors_b, requests_b - errors_b], [errors_a, requests_a - errors_a]]
@@ -459,7 +467,7 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
     verdict: Verdict
     if worse < worse_level:
         verdict = "regressed"
-    elif better < alpha / 2:
+    elif better < better_level:
         verdict = "improved"
     elif rate_b > rate_a and worse < ERRORS_SUGGEST_P:
         verdict = "inconclusive"
@@ -467,8 +475,11 @@ def compare_errors(metric: str, errors_a: int, requests_a: int, errors_b: int, r
         verdict = "unchanged"
     note = (f"error rates A {errors_a}/{requests_a}, B {errors_b}/{requests_b} (B 95% CI {100 * lo_b:.1f}%.."
             f"{100 * hi_b:.1f}%); one-sided Fisher p {min(worse, better):.3g}, threshold "
-            + (f"{worse_level:g} for an excess (the question is one-sided), {alpha / 2:g} for fewer" if sides == 1
-               else f"{alpha / 2:g}"))
+            + (f"{worse_level:.3g} for an excess (the question is one-sided), {better_level:.3g} for fewer"
+               if sides == 1 else f"{worse_level:.3g}"))
+    if worse_level != worse_run:
+        note += (f" at each of the looks {looks_text(sorted(set(looks or ())))} (so that over all of them an excess"
+                 f" is called falsely at most {worse_run:g})")
     seen = ""
     if verdict != "regressed":
         rate = detectable_error_rate(errors_a, requests_a, requests_b, worse_level)
