@@ -137,7 +137,7 @@ def _regress(args: argparse.Namespace, path: Path, baseline: Baseline, candidate
 # Its round differences are noise alone, so it measures what every borrowing of the noise store rests on: how far
 # tonight's spread strays from the store's (`noise_store.hour_reading`: the ratio and an F test), and whether the gate
 # calls an A/A different (a false call; at most alpha of sentinel nights). History keeps them (source SENTINEL).
-SENTINEL = "nightly-sentinel"
+SENTINEL = history.SENTINEL_SOURCE
 SENTINEL_ENV = "FLAGSEARCH_SENTINEL=1"  # names a candidate where the baseline has no build to name: no engine reads it
 
 

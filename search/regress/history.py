@@ -158,13 +158,17 @@ def change_points(values: Sequence[float], min_size: int = 2, penalty: float | N
     return [int(e) for e in ends[:-1]]
 
 
+SENTINEL_SOURCE = "nightly-sentinel"  # the nightly's A/A: the baseline's build on both sides, not a candidate
+
+
 def detect_drift(rows: Sequence[dict[str, Any]], min_effect: float = 0.03, series: str = "median_b",
                  min_runs: int = 6) -> list[Drift]:
-    """Change points per gated metric over the history (oldest first)."""
+    """Change points per gated metric over the history (oldest first). The A/A sentinel's rows are left out: their
+    B is the baseline's own build, so among the candidates' nights they would pull a real drift back."""
     out = []
     for metric in sorted({r["metric"] for r in rows}):
         vals = [float(r[series]) for r in rows if r["metric"] == metric and r.get(series) is not None
-                and math.isfinite(float(r[series]))]
+                and math.isfinite(float(r[series])) and r.get("source") != SENTINEL_SOURCE]
         if len(vals) < min_runs:
             continue
         cps = change_points(vals)

@@ -63,6 +63,21 @@ def test_noise_alone_is_not_a_drift() -> None:
     assert not drift.flagged, drift.describe()
 
 
+def test_the_a_a_sentinel_s_rows_are_not_part_of_the_drift_series() -> None:
+    """A sentinel night measures the baseline's own build as B: a candidate series that stepped down 10% at night 10,
+    with a sentinel row at the old speed after every candidate night, is still the step (the sentinel rows, counted
+    in, made it a series that alternates between the two speeds)."""
+    rng = np.random.default_rng(1)
+    values = list(100 + rng.normal(0, 1.0, 10)) + list(90 + rng.normal(0, 1.0, 10))
+    rows = []
+    for i, v in enumerate(values):
+        rows.append(history.rows_from_report(report(v, v / 100), "b", "nightly", str(i))[0])
+        old = 100 + float(rng.normal(0, 1.0))
+        rows.append(history.rows_from_report(report(old, 1.0), "b", history.SENTINEL_SOURCE, str(i))[0])
+    drift = history.detect_drift(rows, min_effect=0.03)[0]
+    assert drift.flagged and drift.n == 20 and drift.change_points == [10], drift.describe()
+
+
 def test_too_short_a_history_says_nothing() -> None:
     assert history.detect_drift(series_rows([100, 90, 80]), min_runs=6) == []
 
