@@ -85,10 +85,16 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     # A/A: a measured pass, promoted with its provenance and the promotion chain.
     # Up to 12 rounds: a calm A/A settles at the first look (3 rounds); one CI run beside the other worker's tests
     # (14% spread per start and 15% run to run, every turn contended) was still +-45% wide at the old cap of 6.
+    # With the A/A sentinel due every night: after the measured night, the baseline's build against itself, its
+    # verdicts and spread in nightly.json and its own history rows (a false call there is not the night's outcome).
     code, out, night = run_step(work, REGRESS, CANDIDATE=f"command:{server}", ROUNDS="12",
-                                NIGHTLY_ARGS=f"{keep} --min-effect 0.5")
+                                NIGHTLY_ARGS=f"{keep} --min-effect 0.5 --sentinel-every 1")
     result = night["results"][0]
     assert code == 0 and result["outcome"] == "pass" and "nightly passed" in out, out[-3000:]
+    sentinel = result["sentinel"]
+    assert "single.decode_tok_s" in sentinel["verdicts"] and isinstance(sentinel["false_call"], bool), sentinel
+    assert (work / "reports" / "nightly-e2e" / "sentinel" / "report.json").exists()
+    assert {r["source"] for r in history.load("nightly-e2e")} == {"nightly", "nightly-sentinel"}
     promoted = load_baseline(work / "reports" / "promoted" / "nightly-e2e.json")
     assert promoted.source["kind"] == "nightly" and promoted.source["build"] == f"command:{server}"
     assert promoted.source["chain_length"] == 1 and set(promoted.source["chain_ratio"]) == {"single.decode_tok_s"}
@@ -128,9 +134,11 @@ def test_the_workflow_steps_fail_on_every_failure_and_pass_only_a_measured_pass(
     assert "REGRESSION" in (work / "summary.md").read_text()
 
     # Every measured night is in the history, which the drift step reads (too few runs to flag here).
-    tok = [r for r in history.load("nightly-e2e") if r["metric"] == "single.decode_tok_s"]
-    assert [r["source"] for r in tok] == ["nightly"] * 4
+    tok = [r for r in history.load("nightly-e2e") if r["metric"] == "single.decode_tok_s" and r["source"] == "nightly"]
+    assert len(tok) == 4
     assert tok[0]["outcome"] == "pass" and tok[-1]["verdict"] == "regressed"
     code, out, _ = run_step(work, DRIFT)
     shown = (work / "reports" / "history.txt").read_text()
-    assert code == 0 and shown.count("single.decode_tok_s") == 4 and "regressed" in shown, out
+    # The listing shows every row (the sentinel's too); the drift reads the candidates' nights only.
+    assert code == 0 and shown.count("single.decode_tok_s") == 5 and "nightly-sentinel" in shown, out
+    assert "regressed" in shown
