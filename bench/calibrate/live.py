@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO, measure_settings
+from harness.launch.cpus import format_cpu_list
 from search.regress.ab import SequentialPlan, Subject, report_from_run, run_interleaved, sequential_stop, subject_from
 from search.regress.baseline import config_params, parse_assignments, pinned_space, raw_space_doc
 from search.space.space import load_space
@@ -43,7 +44,12 @@ def subjects(space_path: Path, sets: dict[str, Any], names: set[str]) -> dict[st
         elif name in THROTTLES or name in STRETCHES:
             fraction = THROTTLES.get(name) or STRETCHES[name]
             stretch = " --stretch" if name in STRETCHES else ""
-            command = f"{shlex.quote(sys.executable)} -m harness.launch.throttle {fraction}{stretch} -- {engine_cmd}"
+            # A pinned server (engine option `cpus`) keeps its cores; the relay moves to this process's own.
+            relay = ""
+            if pinned.engine_settings(config.engine).cpus:
+                relay = f" --relay-cpus {format_cpu_list(os.sched_getaffinity(0))}"
+            command = (f"{shlex.quote(sys.executable)} -m harness.launch.throttle {fraction}{stretch}{relay}"
+                       f" -- {engine_cmd}")
             out[name] = subject_from(pinned, config, name, command=command)
         elif name.startswith("set:"):
             other = config_params(space, {**sets, **parse_assignments(name[4:].split(","))})

@@ -22,6 +22,11 @@ With `--stretch --swap OLD=NEW` (two strings of one length in UTF-8), the proxy 
 with NEW in every response it delivers: a known, small change in the answers (e.g. `Tokyo=Kyoto`
 fails exactly one quality check) on a real server, whose lengths stay valid.
 
+With `--relay-cpus LIST` (a Linux cpu list), the wrapper moves itself, the proxy's relay and the duty
+cycle, onto those CPUs once the child has started: a server pinned to its own cores (the engine option
+`cpus`, which pins this wrapper before the child inherits it) then does not share them with the relay,
+whose cost would otherwise add to the slowdown asked for.
+
 SIGTERM/SIGINT are passed on (with SIGCONT, so a frozen child can act on them); the exit status is
 the child's.
 """
@@ -106,7 +111,8 @@ def stretch_proxy(listener: socket.socket, host: str, upstream: int, fraction: f
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") < 1:
-        print("usage: throttle.py FRACTION [--period-ms MS | --stretch [--swap OLD=NEW]] [--stall-s S] -- COMMAND ...",
+        print("usage: throttle.py FRACTION [--period-ms MS | --stretch [--swap OLD=NEW]] [--stall-s S] "
+              "[--relay-cpus LIST] -- COMMAND ...",
               file=sys.stderr)
         return 2
     split = argv.index("--")
@@ -118,6 +124,15 @@ def main(argv: list[str]) -> int:
         print("throttle.py: FRACTION must be in [0, 1) and a command is needed", file=sys.stderr)
         return 2
     stretch = "--stretch" in opts
+    relay_cpus = None
+    if "--relay-cpus" in opts:
+        from harness.launch.cpus import parse_cpu_list  # only here: the wrapper stays light without it
+
+        try:
+            relay_cpus = parse_cpu_list(opts[opts.index("--relay-cpus") + 1])
+        except (IndexError, ValueError) as e:
+            print(f"throttle.py: --relay-cpus: {e}", file=sys.stderr)
+            return 2
     swap = None
     if "--swap" in opts:
         old, _, new = opts[opts.index("--swap") + 1].partition("=")
@@ -136,8 +151,13 @@ def main(argv: list[str]) -> int:
         listener = socket.create_server((host, int(command[at])), reuse_port=False)
         upstream = free_port(host)
         command = [*command[:at], str(upstream), *command[at + 1:]]
-        threading.Thread(target=stretch_proxy, args=(listener, host, upstream, fraction, swap), daemon=True).start()
     child = subprocess.Popen(command)
+    if relay_cpus is not None:
+        # After the child started (it keeps the wrapper's CPUs) and before any thread starts: a thread
+        # inherits the CPUs of the thread that creates it, and this call sets the calling thread's.
+        os.sched_setaffinity(0, relay_cpus)
+    if stretch:
+        threading.Thread(target=stretch_proxy, args=(listener, host, upstream, fraction, swap), daemon=True).start()
     done = threading.Event()
 
     def forward(signum: int, _frame: object) -> None:

@@ -4,6 +4,8 @@ fingerprint, and one real llama-server whose every thread runs on the CPU it was
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,30 @@ def test_a_pinned_process_runs_only_on_its_cpus(tmp_path: Path) -> None:
         assert os.sched_getaffinity(server.pid) == {cpu}
     finally:
         server.stop()
+
+
+def test_a_pinned_throttled_server_keeps_its_cpu_and_the_relay_moves_to_another(tmp_path: Path) -> None:
+    """harness/launch/throttle.py pinned like a server (the launcher pins the wrapper, the child inherits it) with
+    `--relay-cpus`: the wrapper's threads (the relay, the duty cycle) leave the server's CPU once the child runs,
+    and the child keeps it. Without the option the relay's cost lands on the server's core."""
+    server_cpu, relay_cpu = max(os.sched_getaffinity(0)), min(os.sched_getaffinity(0))
+    command = (sys.executable, "-m", "harness.launch.throttle", "0.05", "--relay-cpus", str(relay_cpu), "--",
+               "sleep", "30")
+    wrapper = ProcessLauncher().start(LaunchSpec("t", command, "127.0.0.1", free_port(), cpus=str(server_cpu)),
+                                      tmp_path / "server.log")
+    try:
+        children = Path(f"/proc/{wrapper.pid}/task/{wrapper.pid}/children")
+        deadline = time.monotonic() + 30
+        while not children.read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(children.read_text().split()[0])
+        time.sleep(0.2)  # the wrapper sets its CPUs right after the child started
+        threads = [int(t.name) for t in Path(f"/proc/{wrapper.pid}/task").iterdir()]
+        assert len(threads) > 1  # the main thread and the duty cycle's
+        assert {t: os.sched_getaffinity(t) for t in threads} == {t: {relay_cpu} for t in threads}
+        assert os.sched_getaffinity(child) == {server_cpu}
+    finally:
+        wrapper.stop()
 
 
 def test_a_cpu_list_this_machine_lacks_starts_nothing(tmp_path: Path) -> None:
