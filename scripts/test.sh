@@ -7,6 +7,9 @@ source scripts/common.sh
 start=$(date +%s)
 
 bash scripts/setup_chromium.sh
+# The second venv with the `gp` extra (torch) for the tests of Optuna's GPSampler guiding a search: made once
+# (about a minute), then reused from FLAGSEARCH_HOME.
+bash scripts/setup_gp_venv.sh
 bash scripts/postgres.sh start
 bash scripts/dockerd.sh start
 export DOCKER_HOST="unix://$FLAGSEARCH_HOME/docker/docker.sock"

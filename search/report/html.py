@@ -309,7 +309,9 @@ def _verdict_section(view: StudyView) -> str:
     """The confirmation (fresh starts, interleaved) apart from the single-measurement ranking."""
     c = view.confirmation
     noise = noise_line(view)
-    text = f"<p><strong>{_md(view.verdict())}</strong></p>" + (f"<p>{_md(noise)}</p>" if noise else "")
+    guided = view.guide_line()
+    text = (f"<p><strong>{_md(view.verdict())}</strong></p>" + (f"<p>{_md(noise)}</p>" if noise else "")
+            + (f"<p>{_md(guided)}</p>" if guided else ""))
     if c is None:
         return text
     rows = []

@@ -1,5 +1,6 @@
-"""The study's sampler: a space-filling start, then TPE (or NSGA-II); failures rank last; one seed
-per worker; suggested duplicates are drawn again.
+"""The study's sampler: a space-filling start, then the guided phase (Optuna's GPSampler where torch is
+importable, else flagsearch's own GP; TPE or NSGA-II for several objectives or a continuous space); failures
+rank last; one seed per worker; a proposal that repeats a measured config is replaced.
 
 How the loop must tell a trial (see `tell_failed_args` and docs/search.md):
 - completed: state COMPLETE with its objective values; its constraints via `trial.set_constraint`
@@ -21,26 +22,28 @@ model-based phase uses the worker's own seed (`worker_seed`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.samplers import BaseSampler, NSGAIISampler, RandomSampler, TPESampler
+from optuna.samplers import BaseSampler, GPSampler, NSGAIISampler, RandomSampler, TPESampler
 from optuna.samplers._ga import BaseGASampler
 from optuna.study import Study, StudyDirection
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from harness.launch.reaper import worker_tag
 from search.sampling.surrogate import FailureModel, Observation, improvement_scores
 from search.space.schema import REQUEST_SIDE, FixedParam
 from search.space.space import Space
 from search.space.values import default_value, distribution
+from search.store.summary import GUIDE_ATTR
 from search.store.trial_index import RECORD_ATTR
 
 FAILED_KEY = "failed"
@@ -49,9 +52,14 @@ FAILED_VIOLATION = 1e15  # larger than any real constraint violation (metric - t
 FAILED_VALUE = 1e15  # |value| of a failed trial's objectives: finite, and never mistaken for a result
 MAX_ENUMERATE = 100_000  # spaces with more discrete configs are sampled, not enumerated
 RESAMPLE_TRIES = 3
+GP_ASK_AGAIN = 3  # GPSampler asked again, a measured config it proposed shown once more (FlagSampler)
 NOISE_ATTR = "noise_probes"  # search/study/noise.py's study attr: the default re-measured on fresh starts
 
 SamplerKind = Literal["tpe", "nsga2"]
+# How the guided phase picks (make_sampler): "optuna-gp" Optuna's GPSampler proposes, "gp" flagsearch's own GP
+# (search/sampling/surrogate.py) picks the untried config of highest expected improvement, "inner" TPE or
+# NSGA-II proposes; "auto" chooses (choose_guide).
+Guide = Literal["auto", "gp", "optuna-gp", "inner"]
 
 
 def worker_seed(base_seed: int, worker_tag: str) -> int:
@@ -267,19 +275,87 @@ def default_design_size(space: Space) -> int:
     return max(4, min(10, n_params + 2, space.m.budget.trials // 4))
 
 
-INNER_NAMES = {"TPESampler": "guided: TPE", "NSGAIISampler": "guided: NSGA-II", "RandomSampler": "random"}
+INNER_NAMES = {"TPESampler": "guided: TPE", "NSGAIISampler": "guided: NSGA-II",
+               "GPSampler": "guided: Optuna's GPSampler", "RandomSampler": "random"}
+
+
+@functools.cache
+def torch_version() -> str | None:
+    """torch's version where it imports (the `gp` extra, docs/setup.md), else None: Optuna's GPSampler needs it."""
+    try:
+        import torch
+    except (ImportError, OSError):  # OSError: a torch whose shared libraries do not load
+        return None
+    return str(torch.__version__)
+
+
+def gp_view(trials: Sequence[FrozenTrial], directions: Sequence[StudyDirection]) -> list[FrozenTrial]:
+    """Trials as Optuna's GPSampler must see them. A failure is told with a value of 1e15 and a violation of
+    1e15 (the module docstring), which TPE and NSGA-II only rank, but GPSampler standardises values and
+    violations and fits a GP to them: one failure would flatten every other result to the same number. So a
+    failure is shown with the worst measured value and a violation of 1 of FAILED_KEY (its region learnt as
+    infeasible, ranked last), a reused duplicate not at all (no second measurement: is_reused), and only
+    constraints some trial violates are shown, every trial with the same keys (GPSampler requires it; a
+    key a trial lacks, e.g. a failure's unmeasured metrics, reads 0). Running trials pass unchanged."""
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values and not is_reused(t)]
+    measured = [t for t in complete if not is_failed(t)]
+    keys = sorted({k for t in complete for k, v in t.constraints.items() if v > 0 and k != FAILED_KEY})
+    if any(is_failed(t) for t in complete) and measured:
+        keys.append(FAILED_KEY)
+    shown = {id(t) for t in (complete if measured else [])}
+    out: list[FrozenTrial] = []
+    for t in trials:
+        if t.state != TrialState.COMPLETE:
+            out.append(t)
+            continue
+        if id(t) not in shown:
+            continue
+        values = list(t.values)
+        constraints = {k: t.constraints.get(k, 0.0) for k in keys}
+        if is_failed(t):
+            values = [min(m.values[i] for m in measured) if d == StudyDirection.MAXIMIZE
+                      else max(m.values[i] for m in measured) for i, d in enumerate(directions)]
+            constraints = {k: 0.0 for k in keys} | {FAILED_KEY: 1.0}
+        out.append(create_trial(state=TrialState.COMPLETE, values=values, params=t.params,
+                                distributions=t.distributions, constraints=constraints or None))
+    return out
+
+
+class GPView:
+    """A study as Optuna's GPSampler reads it: its trials through gp_view, plus `again` (measured trials shown a
+    second time: FlagSampler's re-ask), everything else the study's own."""
+
+    def __init__(self, study: Study, again: Sequence[FrozenTrial] = ()):
+        self._study = study
+        self._again = list(again)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._study, name)
+
+    def _shown(self, trials: list[FrozenTrial], states: Sequence[TrialState] | None) -> list[FrozenTrial]:
+        again = self._again if states is None or TrialState.COMPLETE in states else []
+        return gp_view(trials, self._study.directions) + again
+
+    def _get_trials(self, deepcopy: bool = True, states: Sequence[TrialState] | None = None,
+                    use_cache: bool = False) -> list[FrozenTrial]:
+        return self._shown(self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache), states)
+
+    def get_trials(self, deepcopy: bool = True, states: Sequence[TrialState] | None = None) -> list[FrozenTrial]:
+        return self._shown(self._study.get_trials(deepcopy=deepcopy, states=states), states)
 
 
 class FlagSampler(BaseSampler):
-    """A fixed space-filling design for the first trials, then the model of results (or `inner`: TPE or
-    NSGA-II). Every proposal is a config not yet measured, failed, running or queued: a proposal that
-    repeats one is no trial (it would start nothing and teach nothing), so it is drawn again
-    (RESAMPLE_TRIES times, the inner sampler) and then replaced by the untried config of highest
-    expected improvement under the model of results, or where the model cannot judge yet by the
-    closest untried config. Only when no config is left untried does a repeat come back."""
+    """A fixed space-filling design for the first trials, then the guided phase: `guide` "gp" the own model of
+    results, "optuna-gp" `inner` (Optuna's GPSampler, over gp_view's trials), "inner" `inner` (TPE or NSGA-II).
+    Every proposal is a config not yet measured, failed, running or queued: a proposal that repeats one is no
+    trial (it would start nothing and teach nothing), so it is drawn again (RESAMPLE_TRIES times, TPE or
+    NSGA-II only) and then replaced by the untried config of highest expected improvement under the own model
+    of results ("gp", "optuna-gp"), or where the model cannot judge yet by the closest untried config. Only
+    when no config is left untried does a repeat come back."""
 
     def __init__(self, dists: dict[str, BaseDistribution], inner: BaseSampler, n_design: int,
-                 design_seed: int, seed: int, guide: Literal["gp", "inner"] = "gp", noise_floor: float = 0.03,
+                 design_seed: int, seed: int, guide: Literal["gp", "optuna-gp", "inner"] = "gp",
+                 noise_floor: float = 0.03,
                  allowed: Callable[[dict[str, Any]], bool] | None = None,
                  model_dists: dict[str, BaseDistribution] | None = None,
                  conditional: dict[str, BaseDistribution] | None = None,
@@ -306,6 +382,8 @@ class FlagSampler(BaseSampler):
             configs = enumerate_configs(dists) if dists else None
         self.all_configs = None if configs is None else [c for c in configs if self.allowed(set_values(c))]
         self.origins: dict[int, str] = {}  # trial number -> how its config was chosen (shown in progress)
+        # What guides after the design, in words (make_sampler's describe_guide): recorded on the study (GUIDE_ATTR).
+        self.guided_by = INNER_NAMES.get(type(inner).__name__, type(inner).__name__).removeprefix("guided: ")
 
     # ---- BaseSampler --------------------------------------------------------------------------
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -316,29 +394,36 @@ class FlagSampler(BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         inner_space = {k: v for k, v in search_space.items() if k in self.inner.infer_relative_search_space(
             study, trial)}
-        # Always asked, so that NSGA-II counts design trials in its generations.
-        proposal = self.inner.sample_relative(study, trial, inner_space)
         row = self._design_row(study, trial)
+        if self.guide == "optuna-gp":
+            # GPSampler fits its GP at every call: asked only in the guided phase, over gp_view's trials.
+            proposal = {} if row is not None else self._gp_sampler_proposal(study, trial, inner_space)
+        else:
+            # Always asked, so that NSGA-II counts design trials in its generations.
+            proposal = self.inner.sample_relative(study, trial, inner_space)
         origin = INNER_NAMES.get(type(self.inner).__name__, type(self.inner).__name__)
         taken = self._taken(study, trial)
         if row is not None:
             proposal = {**proposal, **self.design[row]}
             origin = f"space-filling design {row + 1}/{len(self.design)}"
+        elif self.guide == "optuna-gp" and not proposal:
+            origin = "random (Optuna's GPSampler has fewer than two results)"
         elif self.guide == "gp":
             guided = self._gp_choice(study, taken)
             if guided is not None:
                 self.origins[trial.number] = "guided: the highest expected improvement under the model of results"
                 return {**proposal, **set_values(guided)}
         config = self._untried_match(self._complete(proposal), taken)
-        for _ in range(RESAMPLE_TRIES if row is None else 0):
+        # GPSampler would propose the same config again from the same results: not drawn again.
+        for _ in range(RESAMPLE_TRIES if row is None and self.guide != "optuna-gp" else 0):
             if config is not None:
                 break
             proposal = self._complete(self.inner.sample_relative(study, trial, inner_space))
             config = self._untried_match(proposal, taken)
         if config is None:
-            # The proposal repeats a config already taken: the untried one the model expects most of, else
+            # The proposal repeats a config already taken: the untried one the own GP expects most of, else
             # the closest untried one. None: every config is taken, the repeat stands (the loop says so).
-            config = self._gp_choice(study, taken) if self.guide == "gp" else None
+            config = self._gp_choice(study, taken) if self.guide in ("gp", "optuna-gp") else None
             if config is not None:
                 origin = (f"guided: the highest expected improvement under the model of results ({origin} "
                           "proposed a measured config)")
@@ -371,6 +456,25 @@ class FlagSampler(BaseSampler):
         self._random.reseed_rng()
 
     # ---- helpers ------------------------------------------------------------------------------
+    def _gp_sampler_proposal(self, study: Study, trial: FrozenTrial,
+                             search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """GPSampler's proposal. Where it is a measured config, GPSampler is asked again with that config's
+        result shown once more (up to GP_ASK_AGAIN times), as Optuna's own loop would reuse the result and go
+        on: its GP then holds that config as known better and proposes elsewhere. Nothing shown again is
+        stored, and the own GP never sees it. GPSampler learns the results' noise and, left alone, keeps
+        proposing its incumbent: on a 24-config table 14 of 18 guided proposals were measured configs."""
+        view = GPView(study)
+        proposal = self.inner.sample_relative(cast(Study, view), trial, search_space)
+        for _ in range(GP_ASK_AGAIN):
+            key = self._key(self._complete(proposal)) if proposal else None
+            measured = [t for t in view.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                        if self._key(t.params) == key] if key is not None else []
+            if not measured:  # untried, or taken by a running or queued trial: no result to show
+                return proposal
+            view = GPView(study, [*view._again, measured[0]])
+            proposal = self.inner.sample_relative(cast(Study, view), trial, search_space)
+        return proposal
+
     def _design_row(self, study: Study, trial: FrozenTrial) -> int | None:
         if not self.design:
             return None
@@ -476,24 +580,57 @@ def study_sampler(space: Space, seed: int | None = None) -> BaseSampler:
                         noise_floor=space.m.measure.noise_floor)
 
 
+def choose_guide(space: Space, kind: SamplerKind | None = None) -> Literal["gp", "optuna-gp"]:
+    """The guided phase where the caller chose none: Optuna's GPSampler for one objective over an enumerable
+    space when torch imports and no sampler `kind` was named, else flagsearch's own GP (which itself hands
+    several objectives and continuous spaces to TPE). GPSampler picked better on the product's replays
+    (docs/search.md); several objectives stay with TPE: GPSampler in Optuna 5.0 handles them (log expected
+    hypervolume improvement), but no replay measured that and the repeat replacement is single-objective."""
+    if (kind is None and len(space.m.objectives) == 1 and launch_configs(space) is not None
+            and torch_version() is not None):
+        return "optuna-gp"
+    return "gp"
+
+
+def describe_guide(guide: str, inner: BaseSampler, space: Space) -> str:
+    """What guides a study's proposals after the design, in words (GUIDE_ATTR, `search run`, `search show`)."""
+    if guide == "optuna-gp":
+        return (f"Optuna's GPSampler (torch {torch_version()}; a proposal of a measured config is replaced by the "
+                "own GP's untried config of highest expected improvement)")
+    several = len(space.m.objectives) > 1
+    if guide == "gp" and not several and launch_configs(space) is not None:
+        return "flagsearch's own GP (expected improvement)" + (
+            "; Optuna's GPSampler needs torch (the `gp` extra), not installed" if torch_version() is None else "")
+    name = INNER_NAMES.get(type(inner).__name__, type(inner).__name__).removeprefix("guided: ")
+    if guide == "gp":
+        return f"{name} ({'several objectives' if several else 'a space with continuous params'})"
+    return name
+
+
 def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None = None,
-                 n_design: int | None = None, guide: Literal["gp", "inner"] = "gp",
+                 n_design: int | None = None, guide: Guide = "auto",
                  noise_floor: float = 0.03, allowed: Callable[[dict[str, Any]], bool] | None = None,
                  design_seed: int | None = None) -> BaseSampler:
     """The study's sampler.
 
     `seed`: this worker's seed (see worker_seed; the space's seed when None); `design_seed`: the
     initial design's, the same for every worker of a study (the space's seed when None).
-    `n_design`: space-filling configs first (default_design_size). Then, for one objective over
-    an enumerable space with `guide="gp"`, the untried config of highest expected improvement
-    under search/sampling/surrogate.py's model; otherwise `kind`: TPE for any number of objectives
-    (multi-objective TPE learns from fewer trials than NSGA-II's generations) or NSGA-II. All
-    honour the constraints each trial sets, and a failure told as the module docstring says
-    ranks below every completed trial. `allowed`: configs worth proposing at all."""
+    `n_design`: space-filling configs first (default_design_size). Then the guided phase (`guide`; "auto":
+    choose_guide): with "optuna-gp", Optuna's GPSampler proposes (over gp_view's trials); with "gp", for one
+    objective over an enumerable space, the untried config of highest expected improvement under
+    search/sampling/surrogate.py's model; otherwise `kind`: TPE for any number of objectives
+    (multi-objective TPE learns from fewer trials than NSGA-II's generations) or NSGA-II. A proposal that
+    repeats a taken config is replaced by the own GP's untried config of highest expected improvement
+    ("gp", "optuna-gp"). All honour the constraints each trial sets, and a failure told as the module
+    docstring says ranks below every completed trial. `allowed`: configs worth proposing at all."""
     seed = space.m.seed if seed is None else seed
     n_design = default_design_size(space) if n_design is None else n_design
-    if kind == "nsga2":
-        inner: BaseSampler = NSGAIISampler(seed=seed, population_size=max(4, n_design))
+    chosen = choose_guide(space, kind) if guide == "auto" else guide
+    if chosen == "optuna-gp":
+        # Two results are the least a GP fits; the design before it is FlagSampler's own.
+        inner: BaseSampler = GPSampler(seed=seed, n_startup_trials=2, warn_independent_sampling=False)
+    elif kind == "nsga2":
+        inner = NSGAIISampler(seed=seed, population_size=max(4, n_design))
     else:
         # constant_liar: running trials of other workers count as bad, so workers spread out.
         with warnings.catch_warnings():  # multivariate and constant_liar are "experimental" since 2.x
@@ -507,9 +644,25 @@ def make_sampler(space: Space, seed: int | None = None, kind: SamplerKind | None
             return space.loads(config.get("engine", engines[0]), config.get("model", models[0]))
     conditional = conditional_space(space)
     configs = launch_configs(space) if conditional else None
-    return FlagSampler(design_space(space), inner, n_design, design_seed, seed, guide, noise_floor, allowed,
-                       model_dists=model_space(space) if configs is not None else None,
-                       conditional=conditional if configs is not None else None, configs=configs)
+    sampler = FlagSampler(design_space(space), inner, n_design, design_seed, seed, chosen, noise_floor, allowed,
+                          model_dists=model_space(space) if configs is not None else None,
+                          conditional=conditional if configs is not None else None, configs=configs)
+    sampler.guided_by = describe_guide(chosen, inner, space)
+    return sampler
+
+
+def record_guide(study: Study) -> str | None:
+    """Add what guides this worker's sampler (FlagSampler.guided_by) to the study's GUIDE_ATTR, a list: the
+    workers of one study, or a resumed run, may differ (one has torch, another not). Returns it (None for a
+    sampler of another kind). Call under the study's lock: it reads, then writes."""
+    guided = getattr(study.sampler, "guided_by", None)
+    if not isinstance(guided, str):
+        return None
+    seen = study.user_attrs.get(GUIDE_ATTR)
+    seen = list(seen) if isinstance(seen, list) else []
+    if guided not in seen:
+        study.set_user_attr(GUIDE_ATTR, [*seen, guided])
+    return guided
 
 
 def space_exhausted(study: Study, space: Space) -> bool:

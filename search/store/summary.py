@@ -10,6 +10,8 @@ import optuna
 from search.store.results import TrialRecord, TrialState, check_study_format
 from search.store.trial_index import RECORD_ATTR, final_numbers, study_records
 
+GUIDE_ATTR = "guided_by"  # study user attr: what guided its workers' proposals (search/sampling/sampler.py writes it)
+
 
 @dataclass
 class StudyView:
@@ -55,6 +57,20 @@ class StudyView:
             if not dominated:
                 front.append(r)
         return sorted(front, key=key, reverse=True)
+
+    @property
+    def guided_by(self) -> list[str]:
+        """What guided the study's proposals after the design (search.sampling.sampler.GUIDE_ATTR: one entry per
+        kind of worker; empty for a study from before it was recorded)."""
+        attr = self.study.user_attrs.get(GUIDE_ATTR) if self.study is not None else None
+        return [str(g) for g in attr] if isinstance(attr, list) else []
+
+    def guide_line(self) -> str | None:
+        """`search show`'s and the report's line on the guided phase; None where the study did not record it."""
+        if not self.guided_by:
+            return None
+        return (f"guided phase (after the space-filling design): {'; then '.join(self.guided_by)}; the stop rule's "
+                "model: flagsearch's own GP")
 
     def verdict(self) -> str:
         """The confirmed answer, or a plain statement that the ranking is unconfirmed."""

@@ -37,6 +37,7 @@ from search.sampling.sampler import (
     FAILED_VIOLATION,
     QUEUED_ATTR,
     failure_values,
+    record_guide,
     space_exhausted,
     study_sampler,
     trial_origin,
@@ -105,6 +106,7 @@ class StudyRunner:
         # Held while a worker checks the budget and creates a trial, or queues configs (study_lock.py).
         self.lock = StudyLock(storage, study_name)
         with self.lock:
+            self.guided_by = record_guide(self.study)  # the guided phase, in words (`search run` says it once)
             if not self.study.get_trials(deepcopy=False):
                 # The default config is measured first, so every result has a "x default" ratio.
                 self.study.enqueue_trial(space.default_config(), user_attrs={"baseline": True})

@@ -75,6 +75,8 @@ def test_real_search_stores_results_failures_and_leaks_nothing(tmp_path: Path) -
     runner.run(n_trials=2)
 
     view = load_view(runner.study)
+    # The study records what guided it (the tool's venv has no torch: the own GP), for `search show` and the report.
+    assert view.guided_by == [runner.guided_by] and view.guided_by[0].startswith("flagsearch's own GP")
     by_number = {r.number: r for r in view.records}
     assert sorted(by_number) == [0, 1, 2]
     default, duplicate, bad = by_number[0], by_number[1], by_number[2]
