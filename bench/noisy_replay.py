@@ -12,7 +12,8 @@ confirmation: the model's two best measured configs re-measured CONFIRM_ROUNDS t
 starts (counted), then the model's incumbent with those repeats is the pick. Arms differ only in
 what they measure next: random configs; plain TPE (Optuna's TPESampler); Optuna's GPSampler
 (needs torch; skipped without it); flagsearch (search/sampling/sampler.py's space-filling design, then the
-highest expected improvement over the model's incumbent); and random configs at fixed budgets
+highest expected improvement over the model's incumbent); the product's sampler itself (make_sampler) with
+its own GP and with Optuna's GPSampler guiding (the latter needs torch); and random configs at fixed budgets
 (no stop rule), to read the starts random needs for a given pick rate. A config an Optuna sampler
 proposes again is not started again (the loop reuses the result); 25 such in a row end the
 search, as in the loop. Score: the share of seeds whose pick is best-equivalent, and the starts
@@ -410,6 +411,40 @@ def _gp(seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.GPSampler(seed=seed)
 
 
+def product_sampler(guide: str) -> Callable[[Table, np.ndarray, int], Outcome]:
+    """The product's own sampler (search/sampling/sampler.py make_sampler, its space-filling design and guided
+    phase, `guide` "gp" or "optuna-gp") over the table's configs, failures told as the study loop tells them,
+    a config the sampler proposes again (every config taken) ending the search; the same stop rule and
+    confirmation as every arm."""
+    def arm(table: Table, values: np.ndarray, seed: int) -> Outcome:
+        from bench.replay import table_space
+        from search.sampling.sampler import FAILED_KEY, FAILED_VIOLATION, failure_values, make_sampler
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        run = Run(table, values)
+        space = table_space(table, seed)
+        known = set(table.configs)
+
+        def allowed(params: dict[str, Any]) -> bool:
+            return tuple(params[p] for p in table.params) in known
+
+        sampler = make_sampler(space, seed, guide=guide, allowed=allowed, noise_floor=STATED_FLOOR)  # type: ignore[arg-type]
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        while run.untried():
+            trial = study.ask()
+            i = run.index[tuple(space.sample(trial).values[p] for p in table.params)]
+            if i in run.tried:  # nothing untried was proposed: the space is exhausted
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                break
+            value = run.measure(i)
+            trial.set_constraint(FAILED_KEY, FAILED_VIOLATION if value is None else 0.0)
+            study.tell(trial, failure_values(study.directions) if value is None else value)
+            if run.should_stop():
+                break
+        return run.confirm_and_pick()
+    return arm
+
+
 def has_torch() -> bool:
     try:
         import torch  # noqa: F401
@@ -426,6 +461,10 @@ def arms(budgets: tuple[int, ...]) -> dict[str, Callable[[Table, np.ndarray, int
     if has_torch():
         out["Optuna GPSampler + stop rule"] = _optuna_arm(_gp)
     out["flagsearch + stop rule"] = flagsearch
+    # The product's sampler itself, with each guided phase (search/sampling/sampler.py choose_guide).
+    out["flagsearch sampler, own GP + stop rule"] = product_sampler("gp")
+    if has_torch():
+        out["flagsearch sampler, GPSampler + stop rule"] = product_sampler("optuna-gp")
     for b in budgets:
         out[f"random configs, {b} starts"] = random_budget(b)
     return out
