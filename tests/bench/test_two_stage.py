@@ -1,5 +1,5 @@
 """The two-stage confirmation (bench/two_stage.py): the best-looking arm carried after stage 1 keeps the study's
-false-call rate under equal and unequal start noise, and the rule that spends the dropped arms' alpha on it does not."""
+false-call rate under equal and unequal start noise."""
 
 from __future__ import annotations
 
@@ -26,23 +26,19 @@ def real_calls(x: np.ndarray, plan: TwoStagePlan) -> bool:
 
 
 def test_the_best_looking_arm_carried_on_keeps_the_false_call_rate_under_unequal_noise() -> None:
-    """40,000 simulated confirmations a case and plan, no true difference: some arm called different in at most
-    2.3% at alpha 0.02 (the estimate's own spread is 0.07%); judging the carried arm at the whole alpha instead (its
-    pick made on the data, the dropped arms' shares spent on it) exceeds 2.3% in some case, so the check can fail.
-    The simulated statistic is checked against the function's own verdicts on 150 confirmations a plan."""
+    """40,000 simulated confirmations a case (bench/two_stage.py CASES: equal noise, the default or a top config
+    noisier) and plan, no true difference: some arm called different in at most 2.3% at alpha 0.02 (the estimate's
+    own spread is 0.07%). The simulated statistic is checked against the function's own verdicts on 150
+    confirmations a plan. (Judging the carried arm at the whole alpha instead reached 2.0-2.5% in the same
+    simulation, `python -m bench.two_stage`: the selection's bias is small here, but nothing bounds it by alpha.)"""
     rng = np.random.default_rng(20261202)
-    naive_worst = 0.0
     for plan in PLANS:
         for case in CASES:
-            scale = case_scale(case, plan)
-            rate = float(simulated_false_calls(scale, plan, 40_000, rng).mean())
+            rate = float(simulated_false_calls(case_scale(case, plan), plan, 40_000, rng).mean())
             assert rate <= 0.023, (plan, case, rate)
-            naive = float(simulated_false_calls(scale, plan, 40_000, rng, carried_alpha=0.02).mean())
-            naive_worst = max(naive_worst, naive)
         calls = simulated_false_calls((0.03,) * (plan.top_k + 1), plan, 150, np.random.default_rng(0))
         x = np.random.default_rng(0).standard_normal((150, plan.top_k + 1, plan.max_rounds)) * 0.03
         assert [real_calls(x[i], plan) for i in range(150)] == calls.tolist(), plan
-    assert naive_worst > 0.023, naive_worst
 
 
 def test_stage_two_starts_only_the_default_and_the_best_looking_arm() -> None:
