@@ -353,14 +353,20 @@ class Session:
                 self.pool.release()
 
     def run(self, request: RunRequest, workloads: list[WorkloadSpec], measure: MeasureSettings,
-            quality: QualityPlan | None = None, roofline: Roofline | None = None) -> Measurement:
-        """Start or reuse the server, measure every workload, check quality. Raises TrialFailed."""
+            quality: QualityPlan | None = None, roofline: Roofline | None = None,
+            ready: Callable[[], None] | None = None) -> Measurement:
+        """Start or reuse the server, measure every workload, check quality. Raises TrialFailed. `ready` is
+        called once the server is up, before anything is measured (a side-by-side A/B waits there for the other
+        side's server, so that both measure the same seconds); what it raises ends the run, the server stopped
+        unless kept."""
         running, reused = self.pool.acquire(request)
         result = Measurement(command=running.command, env=dict(running.spec.env), log_path=str(running.server.log_path),
                              ready_s=0.0 if reused else running.ready_s, reused_server=reused,
                              startup=running.startup, fingerprint=running.fingerprint,
                              dialect=running.engine.dialect, base_url=running.base_url)
         try:
+            if ready is not None:
+                ready()
             result.workloads = self._measure(running, workloads, measure, roofline, result)
             self._check(running, quality, result)
         except TrialFailed as exc:

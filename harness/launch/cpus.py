@@ -108,3 +108,15 @@ def check_cpus(engine: str, cpus: str, available: Iterable[int] | None = None) -
                            f"{format_cpu_list(missing)} that this machine does not offer (it has "
                            f"{format_cpu_list(have)})", [])
     return wanted
+
+
+def physical_cores(cpus: Iterable[int], topology: Path = Path("/sys/devices/system/cpu")) -> list[frozenset[int]]:
+    """`cpus` grouped by physical core (a core's SMT threads together, from the kernel's thread_siblings_list),
+    ordered by each core's lowest CPU; a CPU whose topology cannot be read is a core of its own. Two servers
+    meant to run apart must not share a core's threads: Linux often numbers the siblings n and n + cores."""
+    wanted = frozenset(cpus)
+    cores: dict[frozenset[int], set[int]] = {}
+    for cpu in sorted(wanted):
+        siblings = _read_list(topology / f"cpu{cpu}" / "topology" / "thread_siblings_list") or frozenset({cpu})
+        cores.setdefault(siblings, set()).add(cpu)
+    return sorted((frozenset(core) for core in cores.values()), key=min)

@@ -50,7 +50,8 @@ from search.regress.gate_report import GateReport
 from search.regress.nightly import on_engine
 from search.regress.rounds import FILE_NAME as ROUNDS_FILE
 from search.regress.rounds import RoundFile, run_key
-from search.regress.shared_server import DESIGNS, choose_design, design_note, run_shared
+from search.regress.shared_server import DESIGNS, Design, choose_design, design_note, run_shared
+from search.regress.side_by_side import plan_placement, run_side_by_side
 from search.regress.sides import Side, SideResult, plan_sides, resolve_source, side_spec
 from search.space.space import Space
 from search.store.results import write_json_atomic, write_text_atomic
@@ -234,6 +235,14 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     work = folder / "logs"
     work.mkdir(parents=True, exist_ok=True)
     design = choose_design(a, b, getattr(args, "design", "auto"), args.keep_servers)
+    # Side by side: the two CPU lists (given, or split from the sides' or the host's), refused before anything starts.
+    placement = (plan_placement(a, b, getattr(args, "cpus_a", None), getattr(args, "cpus_b", None))
+                 if design.name == "side-by-side" else None)
+    if placement is not None:
+        design = Design(design.name, f"{design.why}; the CPU lists from {placement.source}")
+    elif getattr(args, "cpus_a", None) or getattr(args, "cpus_b", None):
+        raise ValueError("--cpus-a/--cpus-b place the sides of --design side-by-side; this run's design is "
+                         f"{design.name} ({design.why})")
     progress = progress_printer(args.quiet)
     progress(f"design: {design.why}")
     # Each side's request-side values (max_tokens, concurrency, ...) shape its own workloads.
@@ -257,7 +266,9 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     state = RoundFile(folder / ROUNDS_FILE, run_key(title=title, a=a, b=b, workloads=workloads, workloads_b=workloads_b,
                                                     measure=settings, plan=plan, gated=gated, design=design.name,
                                                     keep_servers=bool(args.keep_servers),
-                                                    quality=space.m.quality.suite), "A/B")
+                                                    quality=space.m.quality.suite,
+                                                    **({"cpus": placement.for_round(0)} if placement else {})),
+                     "A/B")
     stored = state.resume()
     earlier = ABRun.from_dict(stored["run"]) if stored else None
     if earlier is not None:
@@ -272,6 +283,9 @@ def _run_and_report(a: Subject, b: Subject, space: Space, args: argparse.Namespa
     if design.name == "shared":  # one server, A's and B's blocks alternating on it (search/regress/shared_server.py)
         run = run_shared(a, b, workloads, workloads_b, settings, args.rounds, work, progress, stop, earlier=earlier,
                          save=keep)
+    elif placement is not None:  # A and B at once on their own CPUs, swapped every round (regress/side_by_side.py)
+        run = run_side_by_side(a, b, workloads, workloads_b, settings, args.rounds, work, placement,
+                               space.m.quality.suite, progress, stop, earlier=earlier, save=keep)
     else:
         run = run_interleaved(a, b, workloads, settings, args.rounds, work, space.m.quality.suite,
                               restart=not args.keep_servers, progress=progress, stop=stop, workloads_b=workloads_b,
@@ -412,6 +426,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                                                            "build, start and measure nothing")
 
 
+def _cpu_lists(p: argparse.ArgumentParser) -> None:
+    for key in ("a", "b"):
+        p.add_argument(f"--cpus-{key}", metavar="LIST",
+                       help=f"--design side-by-side: the CPUs {key.upper()} runs on in odd rounds (a Linux cpu list, "
+                            "e.g. 0-3; the sides swap lists in even rounds). Default: the sides' own cpus, else this "
+                            "machine's CPUs, split into two halves of whole cores")
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     base = sub.add_parser("baseline", help="baseline files for the regression gate")
     base_sub = base.add_subparsers(dest="baseline_cmd", required=True)
@@ -461,6 +483,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     reg.add_argument("--workload", help="measure and gate this workload only (default: every workload)")
     reg.add_argument("--history", type=Path, help="history folder (default FLAGSEARCH_HOME/history)")
     reg.add_argument("--no-history", action="store_true", help="do not append this result to the history")
+    reg.add_argument("--design", choices=("auto", "fresh", "side-by-side"), default="auto",
+                     help="auto (default) and fresh: a start per side per round, in turns; side-by-side: baseline "
+                          "and candidate started at once every round, each on its own CPUs (--cpus-a: the "
+                          "baseline's, --cpus-b: the candidate's), swapped every round (docs/regression.md)")
+    _cpu_lists(reg)
     _common(reg)
     reg.set_defaults(func=cmd_regress)
 
@@ -489,7 +516,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     ab.add_argument("--design", choices=DESIGNS, default="auto",
                     help="auto (default): one shared server when A and B differ only in request-side parameters "
                          "(`side: request`: no start-to-start noise), else fresh starts every round; shared: one "
-                         "server even for an A/A; fresh: a start per side per round (docs/regression.md)")
+                         "server even for an A/A; fresh: a start per side per round; side-by-side: A and B "
+                         "started at once every round, each on its own CPUs, swapped every round (CPU engines "
+                         "only; docs/regression.md)")
+    _cpu_lists(ab)
     ab.add_argument("--build-anyway", action="store_true",
                     help="build and measure B even when the base run's log lacks a claim's prerequisite")
     _common(ab)

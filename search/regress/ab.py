@@ -114,10 +114,12 @@ class ABRun:
     boundary: str = "pocock"  # its thresholds (search.verdicts.boundaries.BOUNDARY_KINDS)
     stopped: str = ""  # why a sequential run ended before its cap
     interrupted: str = ""  # "interrupted" (Ctrl-C) or "terminated" (SIGTERM): the report is partial
-    # "fresh" (a start per side per round), "kept" (each side started once) or "shared" (one server for both
-    # sides, search/regress/shared_server.py): what the rounds' differences hold of the start-to-start spread
+    # "fresh" (a start per side per round), "kept" (each side started once), "shared" (one server for both
+    # sides, search/regress/shared_server.py) or "side-by-side" (A and B started at once on their own CPUs,
+    # search/regress/side_by_side.py): what the rounds' differences hold of the start-to-start spread
     design: str = "fresh"
     load: list[dict[str, Any]] = field(default_factory=list)  # each turn's LoadWindow.to_dict()
+    placement: list[dict[str, str]] = field(default_factory=list)  # side-by-side: each round's CPU list per side
 
     @property
     def host_probe_ms(self) -> list[float]:
@@ -128,7 +130,7 @@ class ABRun:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "rounds_done": self.rounds_done,
                 "order": self.order, "errors": self.errors, "looks": self.looks, "boundary": self.boundary,
                 "stopped": self.stopped, "interrupted": self.interrupted, "design": self.design,
-                "host_probe_ms": self.host_probe_ms, "load": self.load}
+                "host_probe_ms": self.host_probe_ms, "load": self.load, "placement": self.placement}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ABRun:
@@ -138,7 +140,7 @@ class ABRun:
                    errors=list(data.get("errors", [])), looks=[int(n) for n in data.get("looks", [])],
                    boundary=str(data.get("boundary", "pocock")), stopped=str(data.get("stopped", "")),
                    interrupted=str(data.get("interrupted", "")), design=str(data.get("design", "fresh")),
-                   load=list(data.get("load", [])))
+                   load=list(data.get("load", [])), placement=[dict(p) for p in data.get("placement", [])])
 
 
 StopRule = Callable[[ABRun], str | None]
@@ -234,7 +236,7 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
             progress(f"round {rnd + 1}/{rounds}: {key} ({subject.label})")
             meter = LoadMeter().start()  # probes the host's speed first: nothing of ours is busy yet
             try:
-                error = _one_side(key, subject, result, rnd, workloads[key], settings, work_dir, quality_suite,
+                error = measure_side(key, subject, result, rnd, workloads[key], settings, work_dir, quality_suite,
                                   sessions[key], restart)
             finally:
                 run.load.append(meter.stop().to_dict())
@@ -253,16 +255,17 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
             break
 
 
-def _one_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
+def measure_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
               measure: MeasureSettings, work_dir: Path, quality_suite: str | None, session: Session,
-              restart: bool) -> str | None:
-    """One side's turn in a round: Session.run, then its values added to the side's samples."""
+              restart: bool, ready: Callable[[], None] | None = None) -> str | None:
+    """One side's turn in a round: Session.run (`ready`: as its), then its values added to the side's samples;
+    the error line when the side failed (its start's failure recorded in `result.failure`), else None."""
     log_dir = work_dir / f"{key}-round{rnd + 1:02d}"
     request = subject.run_request(log_dir, restart)
     quality = (QualityPlan(QualityModel(suite=quality_suite), None, measure.request_timeout_s)
                if quality_suite and len(result.quality_starts) < QUALITY_STARTS else None)
     try:
-        measured = session.run(request, workloads, measure, quality)
+        measured = session.run(request, workloads, measure, quality, ready=ready)
     except LaunchFailed as exc:
         line = deciding_line(exc)
         result.command = result.command or exc.command
@@ -309,7 +312,7 @@ def measure_alone(subject: Subject, workloads: list[WorkloadSpec], measure: Meas
     with Session(progress, keep_server=False) as session:
         for rnd in range(done, rounds):
             progress(f"round {rnd + 1}/{rounds}")
-            error = _one_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, session, True)
+            error = measure_side("A", subject, result, rnd, workloads, measure, work_dir, quality_suite, session, True)
             if error:
                 raise LaunchFailed("measure", error, [], subject.label)
             if save is not None:
@@ -356,14 +359,19 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
                         log_diff=log_diff(run.a, run.b) if both_started else [],
                         failed_sides=[s.failure for s in (run.a, run.b) if s.failure])
     if both_started:
-        report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint)
+        # Side by side, the sides' CPU lists differ by design (and swap every round).
+        allowed = ("cpus",) if run.design == "side-by-side" else ()
+        report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint, allowed)
     if run.a.quality_starts and run.b.quality_starts:
         report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each, sides)
     for side in (run.a, run.b):
         report.notes += [f"{side.label}: {p}" for p in side.placebo]
     how = (f"sequential: looks at {looks_text(looks)} rounds{boundary_text(run.boundary)}"
            if looks and len(looks) > 1 else "one look")
-    report.notes.append(f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)}); "
+    rounds = (f"{run.rounds_done} side-by-side rounds (A and B at once, CPU lists swapped every round)"
+              if run.design == "side-by-side"
+              else f"{run.rounds_done} interleaved rounds (order {' '.join(run.order)})")
+    report.notes.append(f"{rounds}; "
                         f"min effect {100 * min_effect:.1f}%, alpha {alpha} for all gated metrics together, "
                         + ("one-sided (the question is whether B is worse: the whole share on 'regressed')"
                            if sides == 1 else "two-sided") + f"; {share_text(run, gated, alpha, each)}"
@@ -482,9 +490,9 @@ def verdict_for(run: ABRun, metric: str, min_effect: float, alpha: float, looks:
 def noise_key(run: ABRun, metric: str) -> str:
     """The noise store's setup of a metric in this run (search/verdicts/noise_store.py `key_for`): host, engine, model,
     workload (kept servers and one shared server apart: their rounds hold no start-to-start spread), metric."""
-    if run.design == "shared":  # one server for both sides (search/regress/shared_server.py): a workload of its own
+    if run.design in ("shared", "side-by-side"):  # no start-to-start term, or both sides' at once: keys of their own
         workload, _, leaf = metric.partition(".")
-        return noise_store.key_for(run.a.fingerprint, f"{workload}+shared.{leaf}")
+        return noise_store.key_for(run.a.fingerprint, f"{workload}+{run.design}.{leaf}")
     kept = 0 < len(run.a.samples.get("startup.ready_s", [])) < run.rounds_done
     return noise_store.key_for(run.a.fingerprint, metric, kept)
 

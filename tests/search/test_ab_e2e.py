@@ -211,3 +211,60 @@ def test_a_request_side_only_ab_runs_on_one_server_and_gives_a_verdict(tmp_path:
     assert code == 1
     lead = "design: one shared server: A and B differ only in request-side parameters (max_tokens: A unset"
     assert any(n.startswith(lead) for n in report["notes"]), report["notes"]
+
+
+def request_side_space(tmp_path: Path) -> Path:
+    """llama_space with max_tokens a request-side parameter (8 by default), gated on e2e_p50_s."""
+    doc = yaml.safe_load(llama_space(tmp_path, max_tokens=8, warmup=False).read_text())
+    doc["params"]["max_tokens"] = {"type": "categorical", "choices": [8, 32], "default": 8, "side": "request"}
+    doc["objectives"] = [{"metric": "single.e2e_p50_s", "direction": "minimize"}]
+    doc["engines"]["llamacpp"]["env"] = {"CUDA_VISIBLE_DEVICES": ""}  # a CPU server, also on a host with GPUs
+    space = tmp_path / "request-side.yaml"
+    space.write_text(yaml.safe_dump(doc))
+    return space
+
+
+def test_a_side_by_side_ab_starts_both_servers_at_once_on_swapped_cpus_and_gives_a_verdict(tmp_path: Path) -> None:
+    """--design side-by-side: every round starts A and B at once, A on CPU 0 and B on CPU 1, then the other way;
+    both servers run at the same time (each round's two servers' lifetimes overlap), the rounds pair, and B's four
+    times longer answers (max_tokens 32 against 8) are called slower."""
+    out = tmp_path / "side-by-side"
+    code = main(["ab", str(request_side_space(tmp_path)), "--b-set", "max_tokens=32", "--design", "side-by-side",
+                 "--cpus-a", "0", "--cpus-b", "1", "--rounds", "3", "--out", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    run = report["run"]
+    assert report["errors"] == [] and run["design"] == "side-by-side" and run["rounds_done"] == 3, report["errors"]
+    assert run["placement"] == [{"A": "0", "B": "1"}, {"A": "1", "B": "0"}, {"A": "0", "B": "1"}]
+    assert run["order"] == ["A+B"] * 3 and len(run["load"]) == 3
+    assert run["a"]["fingerprint"]["cpus"] == "0" and run["b"]["fingerprint"]["cpus"] == "1"  # round 1's
+    for rnd in (1, 2, 3):  # a fresh start per side per round, the two alive at once
+        logs = [out / "logs" / f"{key}-round{rnd:02d}" / "server.log" for key in "AB"]
+        started = [log.parent.stat().st_mtime for log in logs]  # the log's folder: made when its server started
+        stopped = [log.stat().st_mtime for log in logs]  # the log's last line: when its server stopped
+        assert max(started) < min(stopped), (rnd, started, stopped)
+    tokens = {key: {t for start in run[key]["runs"]["single.output_tokens"] for t in start} for key in "ab"}
+    assert tokens == {"a": {8.0}, "b": {32.0}}, tokens
+    v = verdict(report, "single.e2e_p50_s")
+    assert v["verdict"] == "regressed" and v["paired"] and v["n_a"] == 3, v
+    assert code == 1
+    assert report["fingerprint_differences"] == []  # the sides' CPU lists differ by design
+    note = next(n for n in report["notes"] if n.startswith("design: "))
+    assert "(--design side-by-side); the CPU lists from --cpus-a/--cpus-b" in note and "round 2 the other way" in note
+
+
+def test_a_side_that_fails_to_start_side_by_side_is_recorded_and_the_other_measures_nothing(tmp_path: Path) -> None:
+    """B's command does not exist: round 1 records B's failure as the fresh design does (exit 7, the side, round
+    and cause); A's server, started beside it, measures nothing and is stopped."""
+    from harness.launch.reaper import running
+
+    out = tmp_path / "failed"
+    code = main(["ab", str(request_side_space(tmp_path)), "--b-command", str(tmp_path / "no-llama-server"),
+                 "--design", "side-by-side", "--cpus-a", "0", "--cpus-b", "1", "--rounds", "3", "--out", str(out),
+                 "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    assert code == 7 and report["run"]["rounds_done"] == 0
+    assert report["errors"][0].startswith("B did not start in round 1: bad_command"), report["errors"]
+    assert [(f["side"], f["round"], f["cause"]) for f in report["failed_sides"]] == [("B", 1, "bad_command")]
+    assert report["run"]["a"]["runs"] == {} and report["run"]["a"]["failure"] is None
+    assert (out / "logs" / "A-round01" / "server.log").exists()  # A did start, beside the failed B
+    assert running() == []  # A's server, started beside the failed B, is not left running
