@@ -354,13 +354,12 @@ def report_from_run(run: ABRun, title: str, gated: list[str], min_effect: float 
     # A side that never started has no startup log or fingerprint: comparing against its empty ones
     # would list every field as a difference.
     both_started = bool(run.a.fingerprint) and bool(run.b.fingerprint)
+    allowed = ("cpus",) if run.design == "side-by-side" else ()  # side by side, the CPU lists differ by design
     report = GateReport(title=title, label_a=run.a.command or run.a.label, label_b=run.b.command or run.b.label,
                         verdicts=verdicts, errors=list(run.errors),
-                        log_diff=log_diff(run.a, run.b) if both_started else [],
+                        log_diff=log_diff(run.a, run.b, allowed) if both_started else [],
                         failed_sides=[s.failure for s in (run.a, run.b) if s.failure])
     if both_started:
-        # Side by side, the sides' CPU lists differ by design (and swap every round).
-        allowed = ("cpus",) if run.design == "side-by-side" else ()
         report.fingerprint_differences = material_differences(run.a.fingerprint, run.b.fingerprint, allowed)
     if run.a.quality_starts and run.b.quality_starts:
         report.quality = quality_report(run.a.quality_starts, run.b.quality_starts, each, sides)

@@ -9,8 +9,9 @@ from search.regress.kernel_path import kernel_path_differences
 from search.regress.sides import SideResult
 
 
-def log_diff(a: SideResult, b: SideResult) -> list[str]:
-    """Plain sentences on what differs, and what is the same, between A's and B's startup and environment."""
+def log_diff(a: SideResult, b: SideResult, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Plain sentences on what differs, and what is the same, between A's and B's startup and environment;
+    `allowed`: fingerprint fields that differ by design (a side-by-side run's `cpus`), not named."""
     lines: list[str] = []
     sa, sb = a.startup or {}, b.startup or {}
     ba, bb = sa.get("backends") or {}, sb.get("backends") or {}
@@ -34,8 +35,8 @@ def log_diff(a: SideResult, b: SideResult) -> list[str]:
             lines.append(f"startup phase `{k}` only in {'A' if vb is None else 'B'}")
         elif max(va, vb) > 1.0 and abs(va - vb) / max(va, vb) > 0.2:
             lines.append(f"startup phase `{k}`: A {va:.1f} s, B {vb:.1f} s")
-    for d in material_differences(a.fingerprint, b.fingerprint):
+    for d in material_differences(a.fingerprint, b.fingerprint, allowed):
         lines.append(f"fingerprint {d}")
-    if a.fingerprint and b.fingerprint and not material_differences(a.fingerprint, b.fingerprint):
+    if a.fingerprint and b.fingerprint and not material_differences(a.fingerprint, b.fingerprint, allowed):
         lines.append("fingerprints agree on every material field (" + ", ".join(MATERIAL) + ")")
     return lines
