@@ -214,9 +214,9 @@ def test_a_request_side_only_ab_runs_on_one_server_and_gives_a_verdict(tmp_path:
 
 
 def request_side_space(tmp_path: Path) -> Path:
-    """llama_space with max_tokens a request-side parameter (8 by default, or 64), gated on e2e_p50_s."""
+    """llama_space with max_tokens a request-side parameter (8 by default, or 32), gated on e2e_p50_s."""
     doc = yaml.safe_load(llama_space(tmp_path, max_tokens=8, warmup=False).read_text())
-    doc["params"]["max_tokens"] = {"type": "categorical", "choices": [8, 64], "default": 8, "side": "request"}
+    doc["params"]["max_tokens"] = {"type": "categorical", "choices": [8, 32], "default": 8, "side": "request"}
     doc["objectives"] = [{"metric": "single.e2e_p50_s", "direction": "minimize"}]
     doc["engines"]["llamacpp"]["env"] = {"CUDA_VISIBLE_DEVICES": ""}  # a CPU server, also on a host with GPUs
     space = tmp_path / "request-side.yaml"
@@ -227,12 +227,12 @@ def request_side_space(tmp_path: Path) -> Path:
 def test_a_side_by_side_ab_starts_both_servers_at_once_on_swapped_cpus_and_gives_a_verdict(
         tmp_path: Path, record_branch: Callable[[str, str], None]) -> None:
     """--design side-by-side: every round starts A and B at once, A on CPU 0 and B on CPU 1, then the other way;
-    both servers run at the same time (each round's two servers' lifetimes overlap), the rounds pair, and B's eight
-    times longer answers (max_tokens 64 against 8) are called slower. On 2 cores, the two servers and the client
+    both servers run at the same time (each round's two servers' lifetimes overlap), the rounds pair, and B's four
+    times longer answers (max_tokens 32 against 8) are called slower. On 2 cores, the two servers and the client
     beside another program's load spread 50% run to run: 3 rounds then see only the direction (inconclusive), which
     the test allows, never "unchanged" or "improved"."""
     out = tmp_path / "side-by-side"
-    code = main(["ab", str(request_side_space(tmp_path)), "--b-set", "max_tokens=64", "--design", "side-by-side",
+    code = main(["ab", str(request_side_space(tmp_path)), "--b-set", "max_tokens=32", "--design", "side-by-side",
                  "--cpus-a", "0", "--cpus-b", "1", "--rounds", "3", "--out", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     run = report["run"]
@@ -246,7 +246,7 @@ def test_a_side_by_side_ab_starts_both_servers_at_once_on_swapped_cpus_and_gives
         stopped = [log.stat().st_mtime for log in logs]  # the log's last line: when its server stopped
         assert max(started) < min(stopped), (rnd, started, stopped)
     tokens = {key: {t for start in run[key]["runs"]["single.output_tokens"] for t in start} for key in "ab"}
-    assert tokens == {"a": {8.0}, "b": {64.0}}, tokens
+    assert tokens == {"a": {8.0}, "b": {32.0}}, tokens
     v = verdict(report, "single.e2e_p50_s")
     assert v["verdict"] in ("regressed", "inconclusive") and v["change_pct"] > 0, v
     assert v["paired"] and v["n_a"] == v["n_b"] == 3, v
