@@ -16,7 +16,8 @@ server's on both sides (not compared).
 `choose_design` picks: shared when the sides differ in request-side parameters and in nothing that reaches the
 engine; otherwise fresh starts (or the kept servers of --keep-servers). Two identical configs (an A/A) keep fresh
 starts, whose intervals hold the start-to-start spread a real launch-side change meets; `--design shared` asks
-for the shared server anyway (an A/A of the shared design itself).
+for the shared server anyway (an A/A of the shared design itself). Side by side (search/regress/side_by_side.py) is
+never picked: only `--design side-by-side` asks for it (on 2 cores it measured noisier than fresh starts).
 """
 
 from __future__ import annotations
