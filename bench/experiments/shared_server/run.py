@@ -67,11 +67,15 @@ def pct(x: float) -> str:
     return f"{100 * x:.2f}%" if math.isfinite(x) else "-"
 
 
-def summary(segments: list[dict[str, Any]]) -> str:
+def design_rows(segments: list[dict[str, Any]], designs: tuple[str, ...],
+                between: str = "between starts/blocks") -> list[str]:
+    """The A/A table of measured designs, one row each: pairs, starts, runs, the pair difference's SD and its
+    parts (search/verdicts/paired_spread.py), mean B/A and the paired test's verdict. Shared with
+    bench/experiments/side_by_side."""
     lines = ["| design | pairs | starts | runs a side (requests, warm-ups in) | pair difference SD | per side | "
-             "run to run | between starts/blocks | mean B/A | A/A verdict (could detect) |",
+             f"run to run | {between} | mean B/A | A/A verdict (could detect) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for design in SHOWN:
+    for design in designs:
         segs = [s for s in segments if s["design"] == design]
         runs_a = [r for s in segs for r in s["a"]]
         runs_b = [r for s in segs for r in s["b"]]
@@ -88,6 +92,11 @@ def summary(segments: list[dict[str, Any]]) -> str:
                      f"{pct(float(np.std(diffs, ddof=1)))} | {pct(parts.per_start)} | {pct(parts.within)} | "
                      f"{pct(parts.between)} | {math.exp(float(np.mean(diffs))):.3f} | {v.verdict} "
                      f"({pct(v.mde)}) |")
+    return lines
+
+
+def summary(segments: list[dict[str, Any]]) -> str:
+    lines = design_rows(segments, SHOWN)
     probes = [p for s in segments for p in s["host_probe_ms"]]
     load = [w for s in segments for w in s["load"]]
     notes = [n for n in (host_speed_note(probes, load), load_note(load)) if n]

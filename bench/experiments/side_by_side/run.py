@@ -19,22 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench.common import DATA, REPO, loadavg, now
+from bench.experiments.shared_server.run import design_rows
 from harness.host.hostload import host_speed_note, load_note
 from search.regress.ab import ABRun, run_interleaved, subject_from
 from search.regress.side_by_side import plan_placement, run_side_by_side
 from search.regress.sides import resolve_source
 from search.store.results import write_json_atomic
 from search.study.scoring import measure_settings
-from search.verdicts.paired_spread import paired_spread
-from search.verdicts.sequential import compare_paired, paired_logs
 
 SPACE = REPO / "bench" / "tables" / "calibrate-cpu.yaml"
 METRIC = "single.decode_tok_s"
@@ -62,31 +58,8 @@ def segment(space: Path, design: str, pairs: int, logs: Path) -> dict[str, Any]:
             "requests_a": sum(run.a.samples["single.requests"]), "requests_b": sum(run.b.samples["single.requests"])}
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.2f}%" if math.isfinite(x) else "-"
-
-
 def summary(segments: list[dict[str, Any]]) -> str:
-    lines = ["| design | pairs | starts | runs a side (requests, warm-ups in) | pair difference SD | per side | "
-             "run to run | between starts | mean B/A | A/A verdict (could detect) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for design in DESIGNS:
-        segs = [s for s in segments if s["design"] == design]
-        runs_a = [r for s in segs for r in s["a"]]
-        runs_b = [r for s in segs for r in s["b"]]
-        if len(runs_a) < 2:
-            continue
-        pairs = paired_logs(runs_a, runs_b)
-        la, lb = [p[0] for p in pairs], [p[1] for p in pairs]
-        diffs = np.subtract(lb, la)
-        parts = paired_spread(la, lb, runs_a, runs_b)
-        v = compare_paired(METRIC, runs_a, runs_b)
-        requests = sum(s["requests_a"] for s in segs)
-        runs = sum(len(r) for r in runs_a)
-        lines.append(f"| {design} | {len(pairs)} | {sum(s['starts'] for s in segs)} | {runs} ({requests:.0f}) | "
-                     f"{pct(float(np.std(diffs, ddof=1)))} | {pct(parts.per_start)} | {pct(parts.within)} | "
-                     f"{pct(parts.between)} | {math.exp(float(np.mean(diffs))):.3f} | {v.verdict} "
-                     f"({pct(v.mde)}) |")
+    lines = design_rows(segments, DESIGNS, between="between starts")
     notes = []
     for design in DESIGNS:
         segs = [s for s in segments if s["design"] == design]
