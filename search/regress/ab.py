@@ -237,27 +237,34 @@ def _rounds(sides: dict[str, tuple[Subject, SideResult]], run: ABRun, workloads:
             meter = LoadMeter().start()  # probes the host's speed first: nothing of ours is busy yet
             try:
                 error = measure_side(key, subject, result, rnd, workloads[key], settings, work_dir, quality_suite,
-                                  sessions[key], restart)
+                                     sessions[key], restart)
             finally:
                 run.load.append(meter.stop().to_dict())
             run.order.append(key)
             if error:
                 run.errors.append(error)
                 return
-        run.rounds_done = rnd + 1
-        reason = stop(run) if stop is not None else None
-        if reason:
-            run.stopped = reason
-        if save is not None:
-            save(run)
-        if reason:
-            progress(reason)
+        if finish_round(run, rnd, stop, save, progress):
             break
 
 
+def finish_round(run: ABRun, rnd: int, stop: StopRule | None, save: SaveRun | None, progress: Progress) -> bool:
+    """A round measured on both sides: counted, the stop rule asked, the run saved (so a kill after this loses
+    nothing), the reason said. True when the run stops here. Every design's round loop ends its rounds so."""
+    run.rounds_done = rnd + 1
+    reason = stop(run) if stop is not None else None
+    if reason:
+        run.stopped = reason
+    if save is not None:
+        save(run)
+    if reason:
+        progress(reason)
+    return bool(reason)
+
+
 def measure_side(key: str, subject: Subject, result: SideResult, rnd: int, workloads: list[WorkloadSpec],
-              measure: MeasureSettings, work_dir: Path, quality_suite: str | None, session: Session,
-              restart: bool, ready: Callable[[], None] | None = None) -> str | None:
+                 measure: MeasureSettings, work_dir: Path, quality_suite: str | None, session: Session,
+                 restart: bool, ready: Callable[[], None] | None = None) -> str | None:
     """One side's turn in a round: Session.run (`ready`: as its), then its values added to the side's samples;
     the error line when the side failed (its start's failure recorded in `result.failure`), else None."""
     log_dir = work_dir / f"{key}-round{rnd + 1:02d}"

@@ -33,7 +33,7 @@ from harness.launch.cpus import format_cpu_list, machine_cpus, parse_cpu_list, p
 from harness.launch.reaper import Terminated, stop_all
 from harness.measure.workloads import WorkloadSpec
 from harness.session import MeasureSettings, Session
-from search.regress.ab import ABRun, Progress, SaveRun, StopRule, Subject, measure_side
+from search.regress.ab import ABRun, Progress, SaveRun, StopRule, Subject, finish_round, measure_side
 from search.regress.sides import SideResult
 
 DESIGN = "side-by-side"
@@ -203,14 +203,7 @@ def run_side_by_side(a: Subject, b: Subject, workloads_a: list[WorkloadSpec], wo
                 if not _round(run, sides, rnd, rounds, placement, workloads, measure, work_dir, quality_suite,
                               sessions, progress):
                     break
-                run.rounds_done = rnd + 1
-                reason = stop(run) if stop is not None else None
-                if reason:
-                    run.stopped = reason
-                if save is not None:
-                    save(run)
-                if reason:
-                    progress(reason)
+                if finish_round(run, rnd, stop, save, progress):
                     break
     except (KeyboardInterrupt, Terminated) as exc:
         run.interrupted = "terminated" if isinstance(exc, Terminated) else "interrupted"
